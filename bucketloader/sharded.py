@@ -1113,17 +1113,19 @@ def _global_config(hist: LengthHistogram, plans: Sequence[str]) -> dict[str, Any
     the plan chose other boundaries, the chosen one's (the shards' envelope, 6, or the dealt
     shares, 8, which follow the ranks).
 
-    The data is compared on any number of ranks. ``plans`` only on another number of ranks, and
-    there a state loads when one of its plans is one of this sampler's: the same options over
-    the same data always share the global solve, and ``boundaries=`` copied from the saved
-    sampler's plan (``sampler.boundaries``) shares the chosen one. On as many ranks as saved
-    the state, ``plan_digest`` compares the plan itself (boundaries, batch sizes, the ranks'
-    table, deferral, exchange, fill), so there any spelling of the options that makes the same
-    plan loads. s32: s31 digested the options as spelled (defaults filled, callables by name),
-    so ``num_buckets=8`` against the same boundaries given explicitly was refused even on the
-    same ranks, and a callable strategy whose body changed under its name was not seen; a
-    state of s31 (``"options"``, no ``"plans"``) has its data checked and its options not, as
-    a state saved before the key (which has no ``"global"``) loads unchecked.
+    The data is compared always. ``plans`` where ``plan_digest`` cannot decide: on another
+    number of ranks, or on as many over other shards (the digest hashes the ranks' table: a
+    state between epochs loads there too); a state loads when one of its plans is one of this
+    sampler's: the same options over the same data always share the global solve, and
+    ``boundaries=`` copied from the saved sampler's plan (``sampler.boundaries``) shares the
+    chosen one. Where the digests agree, ``plan_digest`` has compared the plan itself
+    (boundaries, batch sizes, the ranks' table, deferral, exchange, fill), so there any
+    spelling of the options that makes the same plan loads. s32: s31 digested the options as
+    spelled (defaults filled, callables by name), so ``num_buckets=8`` against the same
+    boundaries given explicitly was refused even on the same ranks, and a callable strategy
+    whose body changed under its name was not seen; a state of s31 (``"options"``, no
+    ``"plans"``) has its data checked and its options not, as a state saved before the key
+    (which has no ``"global"``) loads unchecked.
 
     Example:
         >>> g = _global_config(LengthHistogram.from_lengths([3, 5, 5]), ["a1", "a1", "b2"])

@@ -362,8 +362,9 @@ def test_a_state_of_other_data_is_refused_on_any_number_of_ranks():
             world(after, data=other)[0].load_state_dict(at_start)
         with pytest.raises(ValueError, match=rf"holds {lengths.size:,} samples, this "):
             world(after, data=fewer)[-1].load_state_dict(at_start)
-    # on as many ranks as saved it, the plan's own keys are checked first, as before
-    with pytest.raises(ValueError, match="plan_digest="):
+    # on as many ranks as saved it too (s32: "plan_digest=" was named, the digest follows the
+    # shards: test_a_state_between_epochs_loads_on_as_many_ranks_over_shards_cut_otherwise)
+    with pytest.raises(ValueError, match="of other lengths"):
         world(8, data=other)[0].load_state_dict(at_start)
     with pytest.raises(ValueError, match=r"other options: .*any number of ranks"):
         world(4, max_tokens=8192)[0].load_state_dict(at_start)
@@ -464,8 +465,8 @@ def test_a_state_loads_wherever_its_plan_is_the_same_however_the_options_are_spe
         resumed = world(8, num_buckets=None, pad_to_multiple_of=1, **spelled)[2]
         resumed.load_state_dict(mid)
         assert rest(resumed) == tail
-    with pytest.raises(ValueError, match="plan_digest="):  # another plan: refused as before
-        world(8, num_buckets=7)[2].load_state_dict(mid)
+    with pytest.raises(ValueError, match=r"other options: .*on 8 rank\(s\), as saved"):
+        world(8, num_buckets=7)[2].load_state_dict(mid)  # another plan: refused
     # other ranks, between epochs: the saved plan's boundaries or the global solve's load, as
     # the same options do; other boundaries are other options
     for spelled in ({"boundaries": chosen}, {"boundaries": solved}, {}):
@@ -502,6 +503,40 @@ def test_a_state_loads_wherever_its_plan_is_the_same_however_the_options_are_spe
     assert named[0] == "num_replicas" and "global" not in named
     other_config = world(4, data=other)[0]._config()
     assert "global" in [c[0] for c in config_changes(old["config"], other_config)]
+
+
+def test_a_state_between_epochs_loads_on_as_many_ranks_over_shards_cut_otherwise():
+    """s32-shard: a state saved between epochs loaded on another number of ranks (the plan
+    digest, which hashes the ranks' shards, not compared there) but was refused by plan_digest
+    on as many ranks over the same data cut into other shards (files reassigned at a restart):
+    on 4 ranks, where 3 loaded it. It now loads there on the same check ("global": the data and
+    the plans); within its epoch it is refused, saying the shards may differ; a state without
+    "plans" (s31's) is refused there as before."""
+    lengths = np.asarray(load_real("gsm8k"))[:, 0]
+    opts = dict(num_buckets=8, max_tokens=4096, seed=3)
+    cut = np.array_split(np.random.default_rng(0).permutation(lengths.size), 8)
+    saved = _samplers(lengths, np.array_split(np.arange(lengths.size), 8), **opts)[5]
+    saved.set_epoch(2)
+    at_start = json.loads(json.dumps(saved.state_dict()))
+    for resumed, fresh in zip(
+        _samplers(lengths, cut, **opts), _samplers(lengths, cut, **opts), strict=True
+    ):
+        resumed.load_state_dict(at_start)
+        fresh.set_epoch(2)
+        assert resumed.epoch == 2 and [list(b) for b in resumed] == [list(b) for b in fresh]
+    for _ in saved:  # the epoch finished: the next pass is epoch 3, as on the saved shards
+        pass
+    resumed = _samplers(lengths, cut, **opts)[0]
+    resumed.load_state_dict(json.loads(json.dumps(saved.state_dict())))
+    assert resumed.epoch == 2 and list(resumed) == [] and len(list(resumed)) > 0
+    saved.set_epoch(2)
+    next(iter(saved))
+    with pytest.raises(ValueError, match=r"num_batches=.*or the data is cut into other shards"):
+        _samplers(lengths, cut, **opts)[0].load_state_dict(saved.state_dict())
+    with pytest.raises(ValueError, match="other options"):
+        _samplers(lengths, cut, **opts | {"num_buckets": 7})[0].load_state_dict(at_start)
+    with pytest.raises(ValueError, match="num_batches=15 in the state"):  # (as before)
+        _samplers(lengths, cut, **opts)[0].load_state_dict(json.loads(json.dumps(_S31_STATE)))
 
 
 @pytest.mark.filterwarnings("ignore:ShardedSampler")
