@@ -1313,9 +1313,9 @@ def _check_state(
             f"the {kind} that saved it, and pass {owner}.load_state_dict a dict from "
             f"{owner}.state_dict()"
         )
-    if saved.get("num_replicas") != config.get("num_replicas"):  # (on as many ranks, after
-        # the keys below, as before it was recorded)
-        _check_global(state, saved, config, owner)
+    plans = _plans_compared(saved, config, ranked=ranked)
+    if plans:  # (where plan_digest decides, after the keys below instead, as before s31)
+        _check_global(state, saved, config, owner, plans=True)
     if epochs:
         boundary = _boundary_on_other_ranks(state, saved, config, ranked=ranked)
         if boundary is not None:
@@ -1351,6 +1351,8 @@ def _check_state(
             )
         if saved[key] != value:
             hint = _CONFIG_HINTS.get(key, "")
+            if ranked and key in _PLAN_KEYS:  # (the ranks' shards decide them too)
+                hint = f"{hint[:-1]}, or the data is cut into other shards)"
             # (s21: a job whose dataset grew, or whose batch_size changed, was only told to build
             # the sampler as before; it cannot, and the way on is the next epoch)
             on = (
@@ -1363,7 +1365,8 @@ def _check_state(
                 f"but {key}={value!r} in this sampler{hint}; build the sampler exactly as when "
                 f"the state was saved to resume it exactly, or {on}"
             )
-    _check_global(state, saved, config, owner)
+    if not plans:
+        _check_global(state, saved, config, owner, plans=False)
     epoch, pos = state["epoch"], state["batches_yielded"]
     for name, val in (("epoch", epoch), ("batches_yielded", pos)):
         if not isinstance(val, int) or isinstance(val, bool) or val < 0:
@@ -1417,10 +1420,18 @@ def _boundary_on_other_ranks(
     other files): there it is not compared (s30-scale: its state saved between epochs on 8 ranks
     was refused on 4 and on 1, though the docs resume it "as with BucketSampler"). What is,
     besides the seed and the shuffle, is its ``config["global"]``, the global data and the
-    options that shape the plan, on any number of ranks (:func:`_check_global`; s31: a state of
-    other data loaded there silently)."""
+    plans its options make of it, on any number of ranks (:func:`_check_global`; s31: a state
+    of other data loaded there silently). Its digest changes as much on as many ranks over the
+    same data cut into other shards (files reassigned at a restart): such a state between
+    epochs loads there too, on the same check, where it records its plans (s32: it was refused
+    by ``plan_digest`` on 4 ranks, and loaded on 3); one without them (saved before s32) is
+    still refused there, as before."""
     if saved.get("num_replicas") == config.get("num_replicas"):
-        return None
+        if not ranked or saved.get("plan_digest") == config.get("plan_digest"):
+            return None
+        recorded = saved.get("global")
+        if not isinstance(recorded, dict) or "plans" not in recorded:
+            return None
     if not _same_but_ranks(saved, config, ranked=ranked):
         return None
     epoch, pos, total = state["epoch"], state["batches_yielded"], saved.get("num_batches")
@@ -1471,39 +1482,54 @@ _LATER_KEYS = frozenset({"global"})
 
 
 def _check_global(
-    state: dict[str, Any], saved: Mapping[str, Any], config: Mapping[str, Any], owner: str
+    state: dict[str, Any],
+    saved: Mapping[str, Any],
+    config: Mapping[str, Any],
+    owner: str,
+    *,
+    plans: bool,
 ) -> None:
     """Refuse a state whose ``config["global"]`` (a ``ShardedSampler``'s global data and the
-    options that shape its plan: NOTE [ A sharded state names its global data ] in
-    :mod:`bucketloader.sharded`) differs from this sampler's, on any number of ranks, naming
+    plans its options make of it: NOTE [ A sharded state names its global data ] in
+    :mod:`bucketloader.sharded`) differs from this sampler's (:func:`_global_change`), naming
     what differs and the way on. A state without it (saved before s31) is not checked."""
-    mine, theirs = config.get("global"), saved.get("global")
-    if mine is None or theirs is None or theirs == mine:
+    theirs = saved.get("global")
+    if theirs is None:
         return
     if not isinstance(theirs, dict):
         raise ValueError(
             f"state['config']['global'] must be a dict, got {theirs!r}; pass a dict from "
             f"{owner}.state_dict()"
         )
+    change = _global_change(theirs, config.get("global"), plans=plans)
+    if change is None:
+        return
+    mine = config["global"]
     n_saved, n_now = theirs.get("num_samples"), mine["num_samples"]
     counted = isinstance(n_saved, int) and not isinstance(n_saved, bool)
-    if n_saved != n_now or theirs.get("histogram") != mine["histogram"]:
+    if change == "num_samples":
         what = (
             "other data: its global length histogram (every rank's shard together) holds "
             + (f"{n_saved:,} samples" if counted else f"num_samples={n_saved!r}")
             + f", this {owner}'s {n_now:,}"
-            if n_saved != n_now
-            else f"other data: its global length histogram (every rank's shard together) "
+        )
+        build = "over the data the state was saved with (every rank's shard)"
+    elif change == "histogram":
+        what = (
+            f"other data: its global length histogram (every rank's shard together) "
             f"holds {n_now:,} samples, as this {owner}'s does, but of other lengths"
         )
         build = "over the data the state was saved with (every rank's shard)"
     else:
         what = (
-            "other options: the options that shape the plan (num_buckets, strategy, "
-            "boundaries, pad_to_multiple_of, batch_size / max_tokens, defer, exchange, "
-            "last_batch) differ from this sampler's"
+            "other options: the plan they make of the same data (its boundaries, the batch "
+            "sizes of batch_size / max_tokens, defer, exchange or last_batch) is not one this "
+            "sampler makes"
         )
-        build = "with the options the state was saved with"
+        build = (
+            "with the options the state was saved with (or with boundaries= the boundaries "
+            "its sampler planned with)"
+        )
     pos, total = state.get("batches_yielded"), saved.get("num_batches")
     ranks = (
         "on any number of ranks (it was saved between epochs)"
@@ -1516,12 +1542,57 @@ def _check_global(
     )
 
 
+def _global_change(theirs: Any, mine: Any, *, plans: bool) -> str | None:
+    """Which entry of a saved ``config["global"]`` (``theirs``) refuses it against this
+    sampler's (``mine``): ``"num_samples"`` or ``"histogram"`` (other data, always), ``"plans"``
+    (with ``plans``, where ``plan_digest`` cannot decide, :func:`_plans_compared`: the saved
+    and the current plans share none; NOTE [ A sharded state names its global data ] in
+    :mod:`bucketloader.sharded`), or ``None``. Elsewhere ``plan_digest`` compares the plan
+    itself. A state without the entry (saved before s31), or without its ``"plans"`` (s31's
+    ``"options"`` spelled the options, not the plan), is not checked on it.
+
+    Example:
+        >>> mine = {"num_samples": 9, "histogram": "ab", "plans": ["p1", "p2"]}
+        >>> _global_change(mine | {"plans": ["p2"]}, mine, plans=True) is None
+        True
+        >>> _global_change(mine | {"plans": ["p3"]}, mine, plans=True)
+        'plans'
+        >>> _global_change(mine | {"plans": ["p3"]}, mine, plans=False) is None
+        True
+        >>> _global_change({"num_samples": 9, "histogram": "cd", "options": "x"}, mine, plans=True)
+        'histogram'
+    """
+    if not isinstance(theirs, Mapping) or not isinstance(mine, Mapping) or theirs == mine:
+        return None
+    for key in ("num_samples", "histogram"):
+        if theirs.get(key) != mine.get(key):
+            return key
+    saved = theirs.get("plans")
+    if not plans or saved is None:
+        return None
+    if isinstance(saved, list) and set(map(str, saved)) & set(mine.get("plans", ())):
+        return None
+    return "plans"
+
+
+def _plans_compared(
+    saved: Mapping[str, Any], config: Mapping[str, Any], *, ranked: bool = True
+) -> bool:
+    """Whether ``plan_digest`` cannot decide whether a state's plan is this sampler's, so
+    ``config["global"]["plans"]`` does (:func:`_global_change`): on another number of ranks,
+    and for a ``ShardedSampler`` (``ranked``: its digest hashes the ranks' shards) whose digest
+    differs, since the same data cut into other shards changes it too."""
+    if saved.get("num_replicas") != config.get("num_replicas"):
+        return True
+    return ranked and saved.get("plan_digest") != config.get("plan_digest")
+
+
 #: What a config entry's mismatch usually means (num_batches: the argument the user changed).
 _CONFIG_HINTS = {
     "plan_digest": " (the lengths, boundaries, row lengths, batch sizes or policies differ)",
     "num_batches": " (batch_size, max_tokens, num_buckets, the lengths or the policies differ)",
     "num_samples": " (the dataset has another number of samples)",
-    "global": " (every rank's shard together, or the options that shape the plan, differ)",
+    "global": " (every rank's shard together, or the plan the options make of it, differ)",
 }
 
 
@@ -1535,10 +1606,14 @@ def config_changes(saved: Mapping[str, Any], config: Mapping[str, Any]) -> list[
         >>> config_changes({"seed": 0, "num_samples": 90}, {"seed": 0, "num_samples": 91})
         [('num_samples', 90, 91, ' (the dataset has another number of samples)')]
     """
+    plans = _plans_compared(saved, config)  # (only a ShardedSampler's config has "global")
     return [
         (key, saved[key], value, _CONFIG_HINTS.get(key, ""))
         for key, value in config.items()
-        if key in saved and saved[key] != value
+        if key in saved
+        and saved[key] != value
+        # (a ShardedSampler's: what refuses it, not how it is written)
+        and (key != "global" or _global_change(saved[key], value, plans=plans))
     ]
 
 

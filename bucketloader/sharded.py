@@ -369,7 +369,6 @@ class ShardedSampler(EpochSampler):
         wants_envelope = wants_envelope and not self.exchange
         self.histogram, envelope = _merged(hists, envelope=wants_envelope)
         rule = BatchRule.parse(self.options.get("batch_size"), self.options.get("max_tokens"))
-        self._global = _global_config(self.histogram, self.options, rule)
         self.even = rule.budget is not None and rule.budget.balance  # NOTE [ Even batches ]
         self._rule = rule
         self.defer = float(self.options.get("defer", 0.0))
@@ -386,6 +385,11 @@ class ShardedSampler(EpochSampler):
         best = plans[0]
         if len(plans) > 1 and plans[1].padding < plans[0].padding - _ENVELOPE_GAIN:
             best = plans[1]
+        # NOTE [ A sharded state names its global data ]: the global solve's plan and the chosen
+        self._global = _global_config(
+            self.histogram,
+            [self._identity(*candidates[0]), self._identity(best.boundaries, best.cells)],
+        )
         self.boundaries, self.cells, self.table = best.boundaries, best.cells, best.table
         self.deferred, self.planned, self.schedule = best.deferred, best.planned, best.schedule
         self._copies, self._moves, self._copied = best.copies, best.moves, best.copied
@@ -861,6 +865,19 @@ class ShardedSampler(EpochSampler):
             pad_to_multiple_of=m,
         )
 
+    def _identity(self, b: np.ndarray, cells: Cells) -> str:
+        """:func:`_plan_identity` of the plan over boundaries ``b`` and their ``cells``."""
+        budget = self._rule.budget
+        return _plan_identity(
+            b,
+            cells.batch,
+            even=self.even,
+            multiple_of=budget.multiple_of if budget is not None else 1,
+            defer=self.defer,
+            exchange=self.exchange,
+            fill=self.fill,
+        )
+
     def _config_digest(self) -> str:
         """What every rank must agree on (seed, shuffle, options)."""
         opts = {k: _portable(v) for k, v in sorted(self.options.items()) if k != "cache"}
@@ -1079,9 +1096,7 @@ def _portable(value: Any) -> str:
     return repr(value)
 
 
-def _global_config(
-    hist: LengthHistogram, options: Mapping[str, Any], rule: BatchRule
-) -> dict[str, Any]:
+def _global_config(hist: LengthHistogram, plans: Sequence[str]) -> dict[str, Any]:
     """NOTE [ A sharded state names its global data ]
 
     A state saved between epochs loads on any number of ranks (NOTE [ An epoch boundary on
@@ -1090,54 +1105,80 @@ def _global_config(
     cannot be compared: before s31 only the seed and the shuffle were, and a state of other data
     or other options loaded silently on another number of ranks. What does not follow the ranks
     is what every rank knows: the global length histogram (every shard's, merged: the same on
-    every rank and for any split of the same samples) and the options that shape the plan. The
+    every rank and for any split of the same samples) and what the options make of it. The
     state's ``config["global"]`` holds the global sample count, the histogram's digest
-    (:meth:`LengthHistogram.digest`) and a digest of those options, defaults filled in and each
-    spelled as every process and every run spells it (boundaries as a list of numbers, the
-    batch rule parsed, callables by name, ``cache`` left out: it changes no answer). It is
-    compared on any number of ranks; a state saved before it was recorded has none and loads as
-    before, unchecked.
+    (:meth:`LengthHistogram.digest`) and ``plans``: the digests of the plans the options make of
+    that histogram (:func:`_plan_identity`: boundaries, batch sizes and what places the samples
+    besides the seed and the shuffle): the global solve's (the same for any split) and, where
+    the plan chose other boundaries, the chosen one's (the shards' envelope, 6, or the dealt
+    shares, 8, which follow the ranks).
+
+    The data is compared always. ``plans`` where ``plan_digest`` cannot decide: on another
+    number of ranks, or on as many over other shards (the digest hashes the ranks' table: a
+    state between epochs loads there too); a state loads when one of its plans is one of this
+    sampler's: the same options over the same data always share the global solve, and
+    ``boundaries=`` copied from the saved sampler's plan (``sampler.boundaries``) shares the
+    chosen one. Where the digests agree, ``plan_digest`` has compared the plan itself
+    (boundaries, batch sizes, the ranks' table, deferral, exchange, fill), so there any
+    spelling of the options that makes the same plan loads. s32: s31 digested the options as
+    spelled (defaults filled, callables by name), so ``num_buckets=8`` against the same
+    boundaries given explicitly was refused even on the same ranks, and a callable strategy
+    whose body changed under its name was not seen; a state of s31 (``"options"``, no
+    ``"plans"``) has its data checked and its options not, as a state saved before the key
+    (which has no ``"global"``) loads unchecked.
 
     Example:
-        >>> g = _global_config(LengthHistogram.from_lengths([3, 5, 5]), {"batch_size": 2},
-        ...                    BatchRule.parse(2, None))
-        >>> g["num_samples"], len(g["histogram"]), len(g["options"])
-        (3, 16, 16)
-        >>> g == _global_config(LengthHistogram.from_lengths([5, 3, 5]),
-        ...                     {"batch_size": 2, "num_buckets": 8}, BatchRule.parse(2, None))
+        >>> g = _global_config(LengthHistogram.from_lengths([3, 5, 5]), ["a1", "a1", "b2"])
+        >>> g["num_samples"], len(g["histogram"]), g["plans"]
+        (3, 16, ['a1', 'b2'])
+        >>> g == _global_config(LengthHistogram.from_lengths([5, 3, 5]), ["a1", "b2"])
         True
     """
-    opts = {k: v for k, v in options.items() if k not in ("cache", "batch_size", "max_tokens")}
-    if opts.get("boundaries") is None:
-        opts.setdefault("num_buckets", 8)
-        opts.setdefault("strategy", "optimal")
-    if opts.get("pad_to_multiple_of", 1) == 1:
-        opts.pop("pad_to_multiple_of", None)
-    spelled = {k: _stated(v) for k, v in opts.items()}
-    spelled["rule"] = repr(
-        [
-            _stated(rule.batch_size),
-            _stated(rule.per_cell),
-            repr(rule.budget) if rule.budget else None,
-        ]
-    )
-    blob = json.dumps(spelled, sort_keys=True)
     return {
         "num_samples": hist.num_samples,
         "histogram": hist.digest()[:16],
-        "options": hashlib.sha256(blob.encode()).hexdigest()[:16],
+        "plans": list(dict.fromkeys(plans)),  # (in order, each once)
     }
 
 
-def _stated(value: Any) -> str:
-    """An option as a saved state spells it (:func:`_global_config`): :func:`_portable`, with a
-    sequence as the list of what it holds, so ``np.array([4, 9])``, ``(4, 9)`` and ``[4, 9]``
-    agree."""
-    if isinstance(value, (np.ndarray, list, tuple)):
-        return repr(
-            [_stated(x) for x in (value.tolist() if isinstance(value, np.ndarray) else value)]
-        )
-    return _portable(value)
+def _plan_identity(
+    boundaries: np.ndarray,
+    batch: np.ndarray,
+    *,
+    even: bool,
+    multiple_of: int,
+    defer: float,
+    exchange: bool,
+    fill: bool,
+) -> str:
+    """What a plan over ``boundaries`` is, whatever the ranks (NOTE [ A sharded state names its
+    global data ]): the boundaries, every bucket's full batch size ``batch`` (from the global
+    histogram: ``batch_size`` or ``max_tokens`` and its ``oversize``, as resolved), and what
+    places the samples in those shapes besides the seed and the shuffle: a balanced budget's
+    row choice (``even``, with its ``multiple_of``), ``defer``, ``exchange`` and fill. Options
+    that change none of them (``pad_to_multiple_of`` but through the boundaries, ``cache``,
+    how ``strategy`` or ``batch_size`` are spelled) change no identity. 16 hex digits.
+
+    Example:
+        >>> kw = dict(even=False, multiple_of=8, defer=0.0, exchange=False, fill=False)
+        >>> a = _plan_identity(np.array([4, 9]), np.array([8, 4]), **kw)
+        >>> a == _plan_identity([4, 9], [8, 4], **kw), a == _plan_identity([4, 9], [8, 4], **kw
+        ...                                                                | {"defer": 0.5})
+        (True, False)
+    """
+    blob = json.dumps(
+        {
+            "boundaries": [int(x) for x in np.asarray(boundaries).tolist()],
+            "batch": [int(x) for x in np.asarray(batch).tolist()],
+            # (multiple_of rounds a balanced budget's rows only: shard_schedule)
+            "even": int(multiple_of) if even else None,
+            "defer": float(defer),
+            "exchange": bool(exchange),
+            "fill": bool(fill),
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _moved(schedule: Any, table: np.ndarray) -> np.ndarray:

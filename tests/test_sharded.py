@@ -27,7 +27,8 @@ from bucketloader.plan.sharded import (
     plan_shard_epoch,
     shard_schedule,
 )
-from bucketloader.sharded import LocalExchange, ShardedSampler, merge_histograms
+from bucketloader.sampler import config_changes
+from bucketloader.sharded import LocalExchange, ShardedSampler, _portable, merge_histograms
 
 
 def _samplers(lengths, shards, **options):
@@ -352,7 +353,7 @@ def test_a_state_of_other_data_is_refused_on_any_number_of_ranks():
     saved = world(8)[0]
     saved.set_epoch(2)
     at_start = json.loads(json.dumps(saved.state_dict()))
-    assert set(at_start["config"]["global"]) == {"num_samples", "histogram", "options"}
+    assert set(at_start["config"]["global"]) == {"num_samples", "histogram", "plans"}
     other = lengths.copy()
     other[:50] += 1  # the same number of samples, other lengths
     fewer = lengths[:-10]  # a dataset that lost ten samples
@@ -361,8 +362,9 @@ def test_a_state_of_other_data_is_refused_on_any_number_of_ranks():
             world(after, data=other)[0].load_state_dict(at_start)
         with pytest.raises(ValueError, match=rf"holds {lengths.size:,} samples, this "):
             world(after, data=fewer)[-1].load_state_dict(at_start)
-    # on as many ranks as saved it, the plan's own keys are checked first, as before
-    with pytest.raises(ValueError, match="plan_digest="):
+    # on as many ranks as saved it too (s32: "plan_digest=" was named, the digest follows the
+    # shards: test_a_state_between_epochs_loads_on_as_many_ranks_over_shards_cut_otherwise)
+    with pytest.raises(ValueError, match="of other lengths"):
         world(8, data=other)[0].load_state_dict(at_start)
     with pytest.raises(ValueError, match=r"other options: .*any number of ranks"):
         world(4, max_tokens=8192)[0].load_state_dict(at_start)
@@ -399,6 +401,165 @@ def test_a_state_of_other_data_is_refused_on_any_number_of_ranks():
         assert resumed.epoch == 2
     with pytest.raises(ValueError, match="seed=3 in the state but seed=4"):
         world(4, seed=4)[0].load_state_dict(old)
+
+
+#: A state session 31's ShardedSampler saved (rank 0 of 8 over gsm8k's question lengths,
+#: num_buckets=8, max_tokens=4096, seed=3, set_epoch(2)): "global" digests the options as spelled.
+_S31_STATE = {
+    "version": 1,
+    "sampler": "ShardedSampler",
+    "epoch": 2,
+    "batches_yielded": 0,
+    "config": {
+        "seed": 3,
+        "shuffle": True,
+        "num_replicas": 8,
+        "num_batches": 15,
+        "plan_digest": "12129fadac0abe79",
+        "global": {
+            "num_samples": 7473,
+            "histogram": "cc4586dba52fee19",
+            "options": "f51171ec0dee97c3",
+        },
+    },
+}
+
+
+def _strategy_cut(hist, k, **_):
+    """A callable strategy: quantile edges (redefined below under the same name)."""
+    edges = np.quantile(np.repeat(hist.values, hist.counts), np.linspace(0, 1, k + 1)[1:])
+    return np.unique(np.ceil(edges).astype(np.int64))
+
+
+@pytest.mark.filterwarnings("ignore:ShardedSampler")
+def test_a_state_loads_wherever_its_plan_is_the_same_however_the_options_are_spelled():
+    """s32-shard: s31 digested the options as spelled, so a state saved with num_buckets=8 was
+    refused by a sampler given the very boundaries that plan chose, even on the same ranks
+    mid-epoch (where it loaded before s31). The state now digests what the options make of the
+    data (boundaries, batch sizes, placement), compared on another number of ranks; on as many
+    ranks as saved it, plan_digest compares the plan itself. s31's states have their data
+    checked and their options not."""
+    lengths = np.asarray(load_real("gsm8k"))[:, 0]
+    opts = dict(num_buckets=8, max_tokens=4096, seed=3)
+
+    def world(n, data=lengths, **extra):
+        return _samplers(data, np.array_split(np.arange(data.size), n), **(opts | extra))
+
+    def rest(s):
+        return [list(b) for b in s]
+
+    saved = world(8)[2]
+    chosen = saved.boundaries.tolist()  # (8 ranks: the shards' envelope, not the global solve)
+    solved = compute_boundaries(lengths, 8).tolist()
+    assert chosen != solved
+    saved.set_epoch(2)
+    at_start = json.loads(json.dumps(saved.state_dict()))
+    it = iter(saved)
+    for _ in range(4):
+        next(it)
+    mid = json.loads(json.dumps(saved.state_dict()))
+    tail = rest(it)
+    # the same ranks, within the epoch: the chosen boundaries given explicitly (a list, an
+    # array), with defer=0 and pad_to_multiple_of=1 written out: the same plan, the same rest
+    for spelled in ({"boundaries": chosen}, {"boundaries": np.array(chosen), "defer": 0}):
+        resumed = world(8, num_buckets=None, pad_to_multiple_of=1, **spelled)[2]
+        resumed.load_state_dict(mid)
+        assert rest(resumed) == tail
+    with pytest.raises(ValueError, match=r"other options: .*on 8 rank\(s\), as saved"):
+        world(8, num_buckets=7)[2].load_state_dict(mid)  # another plan: refused
+    # other ranks, between epochs: the saved plan's boundaries or the global solve's load, as
+    # the same options do; other boundaries are other options
+    for spelled in ({"boundaries": chosen}, {"boundaries": solved}, {}):
+        extra = {"num_buckets": None, **spelled} if spelled else {}
+        for resumed, fresh in zip(world(4, **extra), world(4, **extra), strict=True):
+            resumed.load_state_dict(at_start)
+            fresh.set_epoch(2)
+            assert resumed.epoch == 2 and rest(resumed) == rest(fresh)
+    with pytest.raises(ValueError, match=r"other options: the plan .*boundaries= the"):
+        world(4, num_buckets=7)[0].load_state_dict(at_start)
+    with pytest.raises(ValueError, match="other options"):
+        world(4, boundaries=[b + 1 for b in chosen], num_buckets=None)[0].load_state_dict(at_start)
+    # (not seen: the boundaries the saved options would choose on these ranks, written out)
+    envelope4 = world(4)[0].boundaries.tolist()
+    assert envelope4 not in (chosen, solved)
+    with pytest.raises(ValueError, match="other options"):
+        world(4, boundaries=envelope4, num_buckets=None)[0].load_state_dict(at_start)
+    # a state of s31 ("options", no "plans"): its data checked, its options not, on any ranks
+    old = json.loads(json.dumps(_S31_STATE))
+    for n, extra in ((4, {"boundaries": chosen, "num_buckets": None}), (8, {}), (1, {})):
+        resumed = world(n, **extra)[0]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # (no "ignores keys" warning either)
+            resumed.load_state_dict(old)
+        assert resumed.epoch == 2
+    other = lengths.copy()
+    other[:50] += 1
+    with pytest.raises(ValueError, match="of other lengths"):
+        world(4, data=other)[0].load_state_dict(old)
+    with pytest.raises(ValueError, match="plan_digest="):  # (8 ranks: the plan, as always)
+        world(8, num_buckets=7)[0].load_state_dict(old)
+    # BucketTrainer's wording (config_changes) names "global" only where it refuses
+    named = [c[0] for c in config_changes(old["config"], world(4)[0]._config())]
+    assert named[0] == "num_replicas" and "global" not in named
+    other_config = world(4, data=other)[0]._config()
+    assert "global" in [c[0] for c in config_changes(old["config"], other_config)]
+
+
+def test_a_state_between_epochs_loads_on_as_many_ranks_over_shards_cut_otherwise():
+    """s32-shard: a state saved between epochs loaded on another number of ranks (the plan
+    digest, which hashes the ranks' shards, not compared there) but was refused by plan_digest
+    on as many ranks over the same data cut into other shards (files reassigned at a restart):
+    on 4 ranks, where 3 loaded it. It now loads there on the same check ("global": the data and
+    the plans); within its epoch it is refused, saying the shards may differ; a state without
+    "plans" (s31's) is refused there as before."""
+    lengths = np.asarray(load_real("gsm8k"))[:, 0]
+    opts = dict(num_buckets=8, max_tokens=4096, seed=3)
+    cut = np.array_split(np.random.default_rng(0).permutation(lengths.size), 8)
+    saved = _samplers(lengths, np.array_split(np.arange(lengths.size), 8), **opts)[5]
+    saved.set_epoch(2)
+    at_start = json.loads(json.dumps(saved.state_dict()))
+    for resumed, fresh in zip(
+        _samplers(lengths, cut, **opts), _samplers(lengths, cut, **opts), strict=True
+    ):
+        resumed.load_state_dict(at_start)
+        fresh.set_epoch(2)
+        assert resumed.epoch == 2 and [list(b) for b in resumed] == [list(b) for b in fresh]
+    for _ in saved:  # the epoch finished: the next pass is epoch 3, as on the saved shards
+        pass
+    resumed = _samplers(lengths, cut, **opts)[0]
+    resumed.load_state_dict(json.loads(json.dumps(saved.state_dict())))
+    assert resumed.epoch == 2 and list(resumed) == [] and len(list(resumed)) > 0
+    saved.set_epoch(2)
+    next(iter(saved))
+    with pytest.raises(ValueError, match=r"num_batches=.*or the data is cut into other shards"):
+        _samplers(lengths, cut, **opts)[0].load_state_dict(saved.state_dict())
+    with pytest.raises(ValueError, match="other options"):
+        _samplers(lengths, cut, **opts | {"num_buckets": 7})[0].load_state_dict(at_start)
+    with pytest.raises(ValueError, match="num_batches=15 in the state"):  # (as before)
+        _samplers(lengths, cut, **opts)[0].load_state_dict(json.loads(json.dumps(_S31_STATE)))
+
+
+@pytest.mark.filterwarnings("ignore:ShardedSampler")
+def test_a_callable_strategy_is_known_by_the_plan_it_makes_not_its_name():
+    """s32-shard: s31 named a callable strategy by module and qualname, so a state saved on 8
+    ranks loaded silently on 4 after the function's body changed (other boundaries, other
+    shapes). The state digests the plan the strategy makes of the data: the same body loads,
+    another is refused."""
+    lengths = np.asarray(load_real("gsm8k"))[:, 0]
+    cut = dict(strategy=_strategy_cut, num_buckets=4, max_tokens=4096, seed=3)
+    parts8, parts4 = (np.array_split(np.arange(lengths.size), n) for n in (8, 4))
+    state = _samplers(lengths, parts8, **cut)[0]
+    state.set_epoch(2)
+    state = json.loads(json.dumps(state.state_dict()))
+    _samplers(lengths, parts4, **cut)[0].load_state_dict(state)
+
+    def changed(hist, k, **_):  # another body (even widths), under the same name below
+        return np.unique(np.linspace(hist.max / k, hist.max, k).astype(np.int64))
+
+    changed.__qualname__ = changed.__name__ = _strategy_cut.__qualname__
+    assert _portable(changed) == _portable(_strategy_cut)  # (how s31 named it)
+    with pytest.raises(ValueError, match="other options: the plan"):
+        _samplers(lengths, parts4, **cut | {"strategy": changed})[0].load_state_dict(state)
 
 
 def test_sampler_protocol_passes_checkpoints_and_counts():
@@ -1202,6 +1363,68 @@ def test_gloo_empty_shard_or_other_seed_is_an_error_on_every_rank(tmp_path):
             assert [r["alone"] for r in runs] == ["planned 2"] * 3, runs  # every rank's 2 steps
 
 
+def _exchange_world(lengths, shards, board=None, **extra):
+    """Samplers of every rank in one process with exchange=True (empty shards allowed), or, with
+    ``board`` None and one shard, the gloo rank's own (histograms gathered)."""
+    opts = dict(exchange=True, seed=3, num_buckets=6, max_tokens=2048) | extra
+    if board is None:
+        (ids,) = shards
+        return ShardedSampler(lengths[ids], shard_indices=ids, **opts)
+    hists = [LengthHistogram.from_lengths(lengths[s]) if s.size else None for s in shards]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return [
+            ShardedSampler(lengths[s], shard_indices=s, shard_histograms=hists, gather=board,
+                           num_replicas=len(shards), rank=r, **opts)
+            for r, s in enumerate(shards)
+        ]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2 * TIMEOUT_S)
+def test_gloo_an_empty_shard_under_exchange_resumes_on_other_ranks(tmp_path):
+    """s32-shard probe: 3 gloo ranks, rank 2's shard empty, exchange=True (histograms gathered,
+    rows moved by torch's collective). Its state names the global data of the two full shards:
+    the same on every rank, the empty one too, and the same as 2 ranks' or 1 rank's over those
+    samples cut otherwise. Saved between epochs, it resumes epoch 2 on 2 ranks and on 1 as a
+    fresh sampler plans it, and the 2 ranks' state resumes on the 3 gloo ranks; within the
+    epoch, or over other data, it is refused."""
+    lengths = np.asarray(load_real("gsm8k"))[:2000, 0].copy()
+    held = np.arange(1334)  # ranks 0 and 1's rows (np.array_split(np.arange(2000), 3)[:2])
+    two = _exchange_world(lengths, [held[::2], held[1::2]], LocalExchange(2))
+    two[0].set_epoch(2)
+    (tmp_path / "two.json").write_text(json.dumps(two[0].state_dict()))
+    runs = _run(tmp_path, 3, "empty_exchange")
+    assert [r["samples"] for r in runs] == [667, 667, 0] and runs[2]["batches"] > 0
+    assert all(r["between"] == runs[2]["between"] for r in runs)  # (a state holds no rank)
+    between, within = runs[2]["between"], runs[2]["within"]
+    one = _exchange_world(lengths, [held], LocalExchange(1))
+    assert between["config"]["global"] == two[0]._config()["global"] == one[0]._config()["global"]
+    assert between["config"]["global"]["num_samples"] == 1334
+    for n in (2, 1):
+        shards = [held[::2], held[1::2]] if n == 2 else [held]
+        resumed = _exchange_world(lengths, shards, LocalExchange(n))
+        fresh = _exchange_world(lengths, shards, LocalExchange(n))
+        for r, f in zip(resumed, fresh, strict=True):
+            r.load_state_dict(between)
+            f.set_epoch(2)
+            assert r.epoch == 2 and [list(b) for b in r] == [list(b) for b in f]
+        with pytest.raises(ValueError, match=r"num_replicas=3 in the state but num_replicas="):
+            _exchange_world(lengths, shards, LocalExchange(n))[0].load_state_dict(within)
+    other = lengths.copy()
+    other[:40] += 1
+    with pytest.raises(ValueError, match="of other lengths"):
+        _exchange_world(other, [held[::2], held[1::2]], LocalExchange(2))[0].load_state_dict(
+            between
+        )
+    assert all(r["resumed_two"] for r in runs)  # the 2 ranks' state on the 3 gloo ranks
+    # how the rows move (torch's collective, a LocalExchange) places no sample otherwise
+    three = _exchange_world(lengths, [held[:667], held[667:], held[:0]], LocalExchange(3))
+    for s, r in zip(three, runs, strict=True):
+        s.set_epoch(2)
+        assert [list(b) for b in s] == r["epoch2"]
+
+
 def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> None:
     import torch.distributed as dist
 
@@ -1244,6 +1467,24 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
     lengths = np.asarray(load_real("gsm8k"))[:, 0]
     shards = np.array_split(np.arange(2000), world)
     own = lengths[shards[rank]]
+    if mode == "empty_exchange":  # rank 2 empty: it receives rows
+        ids = shards[rank] if rank < 2 else np.arange(0)
+        s = _exchange_world(lengths, [ids])
+        s.set_epoch(2)
+        result = {"samples": s.num_samples, "batches": len(s), "between": s.state_dict()}
+        want = [list(b) for b in s]
+        it = iter(s)
+        for _ in range(3):
+            next(it)
+        result["within"] = s.state_dict()
+        resumed = _exchange_world(lengths, [ids])
+        resumed.load_state_dict(json.loads(Path(out, "two.json").read_text()))
+        result["resumed_two"] = resumed.epoch == 2 and [list(b) for b in resumed] == want
+        result["epoch2"] = [[int(i) for i in b] for b in want]
+        Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+        dist.barrier()
+        dist.destroy_process_group()
+        return
     if mode == "empty" and rank == 2:
         own = own[:0]
     seed = 7 if (mode == "seed" and rank == 1) else 3
