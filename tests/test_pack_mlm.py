@@ -1,0 +1,248 @@
+"""Packed masked-LM rows (BERT / RoBERTa pretraining): MLMMasking in the packing collator
+(session 32).
+
+Before, packing made causal-LM rows only and BucketTrainer refused a masked-LM head on them
+(s31); an encoder user had to bucket instead."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from bucketloader.pack import IGNORE_INDEX, MLMMasking, PackSampler, document_mask
+
+transformers = pytest.importorskip("transformers")
+datasets = pytest.importorskip("datasets")
+pytest.importorskip("accelerate")
+
+
+PAD, UNK, CLS, SEP, MASK = range(5)
+SPECIAL = (PAD, UNK, CLS, SEP, MASK)
+VOCAB = 64
+
+
+def _tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])}
+    vocab.update({f"w{i}": 5 + i for i in range(VOCAB - 5)})
+    core = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+        sep_token="[SEP]", mask_token="[MASK]",
+    )  # fmt: skip
+
+
+def _documents(n, seed=0, low=1, high=30, words=VOCAB):
+    """[CLS] w... [SEP] documents: each repeats a 3-token pattern of ids in ``[5, words)``."""
+    rng = np.random.default_rng(seed)
+    docs = []
+    for size in rng.integers(low, high, size=n).tolist():
+        pattern = rng.integers(5, words, size=3)
+        docs.append([CLS, *(int(pattern[i % 3]) for i in range(size)), SEP])
+    return docs
+
+
+def _masking(**kw):
+    return MLMMasking(mask_token_id=MASK, vocab_size=VOCAB, special_ids=SPECIAL, **kw)
+
+
+def _encoder(kind, attn):
+    torch.manual_seed(0)
+    common = dict(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, attn_implementation=attn,
+    )  # fmt: skip
+    if kind == "roberta":
+        config = transformers.RobertaConfig(max_position_embeddings=36, pad_token_id=1, **common)
+        return transformers.RobertaForMaskedLM(config).eval()
+    config = transformers.BertConfig(max_position_embeddings=34, pad_token_id=PAD, **common)
+    return transformers.BertForMaskedLM(config).eval()
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta"])
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_packed_masked_lm_rows_equal_each_document_alone(kind, attn):
+    """Each document's logits in a packed masked-LM row equal the document (the same masked
+    tokens) run alone, and the row's loss is the loss of its documents' masked tokens: the
+    per-document losses summed over their masked tokens, divided by their count."""
+    start, pad = (2, 1) if kind == "roberta" else (0, PAD)
+    docs = _documents(40, seed=1, high=31)  # up to 32 tokens: full rows of 32 too
+    sampler = PackSampler([len(d) for d in docs], row_length=32, batch_size=3, seed=3)
+    collate = sampler.collator(pad_token_id=pad, position_ids_start=start, mlm=_masking())
+    model = _encoder(kind, attn)
+    dtype = torch.bool if attn == "sdpa" else torch.float32
+    ce = torch.nn.functional.cross_entropy
+    seen, worst, worst_loss = 0, 0.0, 0.0
+    for idx in sampler:
+        batch = collate([docs[i] for i in idx])
+        mask = document_mask(batch["document_ids"], causal=False, dtype=dtype)
+        with torch.no_grad():
+            out = model(
+                input_ids=batch["input_ids"], position_ids=batch["position_ids"],
+                attention_mask=mask, labels=batch["labels"],
+            )  # fmt: skip
+        total, count = 0.0, 0
+        for r, row in enumerate(batch["document_ids"]):
+            for d in [d for d in row.unique().tolist() if d >= 0]:
+                cols = (row == d).nonzero().flatten()
+                with torch.no_grad():
+                    alone = model(input_ids=batch["input_ids"][r, cols][None]).logits[0]
+                worst = max(worst, float((out.logits[r, cols] - alone).abs().max()))
+                labels = batch["labels"][r, cols]
+                total += float(ce(alone, labels, reduction="sum", ignore_index=IGNORE_INDEX))
+                count += int((labels != IGNORE_INDEX).sum())
+                seen += 1
+        worst_loss = max(worst_loss, abs(float(out.loss) - total / count))
+    assert seen == len(docs)
+    assert worst < 2e-6 and worst_loss < 2e-6
+
+
+def test_masking_statistics_match_data_collator_for_language_modeling():
+    """On the same tokens, the fractions picked, made [MASK], randomised and kept are HF's
+    (Bernoulli 0.15, then 80/10/10), special tokens and padding are never picked, random ids
+    span the vocabulary, and labels are the original ids of the picked tokens only."""
+    docs = _documents(4000, seed=2, low=20, high=60)
+    docs = [[*d[:5], UNK, *d[5:]] for d in docs]  # an UNK in each: special, never picked
+    sampler = PackSampler([len(d) for d in docs], row_length=256, batch_size=8)
+    collate = sampler.collator(pad_token_id=PAD, mlm=_masking(seed=5))
+    ours = {"picked": 0, "mask": 0, "random": 0, "kept": 0, "tokens": 0}
+    randoms: list[torch.Tensor] = []
+    for idx in sampler:
+        batch = collate([docs[i] for i in idx])
+        original = torch.full_like(batch["input_ids"], PAD)
+        for r, row in enumerate(batch["document_ids"]):
+            for d in [d for d in row.unique().tolist() if d >= 0]:
+                original[r, row == d] = torch.tensor(docs[idx[d]])
+        real = batch["document_ids"] >= 0
+        picked = batch["labels"] != IGNORE_INDEX
+        assert torch.equal(batch["labels"][picked], original[picked])
+        assert not picked[~real].any()
+        assert not torch.isin(original[picked], torch.tensor(SPECIAL)).any()
+        assert torch.equal(batch["input_ids"][~picked], original[~picked])  # only picked change
+        new = batch["input_ids"][picked]
+        ours["tokens"] += int((real & ~torch.isin(original, torch.tensor(SPECIAL))).sum())
+        ours["picked"] += int(picked.sum())
+        ours["mask"] += int((new == MASK).sum())
+        ours["kept"] += int((new == original[picked]).sum())
+        randoms.append(new[(new != MASK) & (new != original[picked])])
+    ours["random"] = sum(int(x.numel()) for x in randoms)
+
+    class Tok:  # what DataCollatorForLanguageModeling reads of a tokenizer
+        mask_token, pad_token_id, all_special_ids = "[MASK]", PAD, SPECIAL
+
+        def __len__(self):
+            return VOCAB
+
+        def convert_tokens_to_ids(self, token):
+            return MASK
+
+    lm = transformers.DataCollatorForLanguageModeling(Tok(), mlm=True, seed=5)
+    lm.create_rng()
+    flat = torch.tensor([t for d in docs for t in d])[None]
+    special = torch.isin(flat, torch.tensor(SPECIAL))
+    new, labels = lm.torch_mask_tokens(flat.clone(), special_tokens_mask=special)
+    picked = labels != IGNORE_INDEX
+    theirs = {
+        "tokens": int((~special).sum()),
+        "picked": int(picked.sum()),
+        "mask": int((new[picked] == MASK).sum()),
+        "kept": int((new[picked] == flat[picked]).sum()),
+    }
+    theirs["random"] = theirs["picked"] - theirs["mask"] - theirs["kept"]
+    assert ours["tokens"] == theirs["tokens"] > 100_000
+    # (binomial standard deviations: 0.0011 of the tokens, 0.0034 / 0.0025 of the picked)
+    for stats in (ours, theirs):
+        assert abs(stats["picked"] / stats["tokens"] - 0.15) < 0.005
+        assert abs(stats["mask"] / stats["picked"] - 0.8 - 0.0) < 0.012
+        # a random id equal to the original counts as kept, in both: 0.1 * (1 + 1 / 64)
+        assert abs(stats["kept"] / stats["picked"] - 0.1 * (1 + 1 / VOCAB)) < 0.01
+    random = torch.cat(randoms)
+    assert int(random.min()) == 0 and int(random.max()) == VOCAB - 1  # the whole vocabulary
+
+
+def _by_document(batches, plan):
+    """Each document's (masked ids, labels) in ``batches``, by its dataset index (``plan``:
+    the sampler's plan of the epoch; a batch's document ``d`` is its ``d``-th sample)."""
+    found = {}
+    for i, batch in enumerate(batches):
+        idx = plan.indices[plan.offsets[i] : plan.offsets[i + 1]].tolist()
+        for r, row in enumerate(batch["document_ids"]):
+            for d in [d for d in row.unique().tolist() if d >= 0]:
+                cols = row == d
+                found[idx[d]] = (
+                    batch["input_ids"][r, cols].tolist(),
+                    batch["labels"][r, cols].tolist(),
+                )
+    return found
+
+
+def test_masks_follow_seed_epoch_and_document_only():
+    """A document's mask is a function of (seed, epoch, its tokens): the same in an epoch
+    whatever its row-mates and batch (another plan seed), with DataLoader workers (persistent
+    ones, across epochs) as without, and after a resume; other in the next epoch (dynamic
+    masking) and under another seed."""
+    docs = _documents(60, seed=4)
+    dataset = [torch.tensor(d) for d in docs]
+    lens = [len(d) for d in docs]
+
+    def run(plan_seed, epochs=(0, 1), mask_seed=0, **options):
+        sampler = PackSampler(lens, row_length=48, batch_size=2, seed=plan_seed)
+        collate = sampler.collator(mlm=_masking(seed=mask_seed))
+        loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, **options)
+        per_epoch = []
+        for epoch in epochs:
+            sampler.set_epoch(epoch)
+            per_epoch.append(_by_document(list(loader), sampler.plan(epoch)))
+        return per_epoch
+
+    e0, e1 = run(plan_seed=0)
+    assert len(e0) == len(docs)
+    assert run(plan_seed=9) == [e0, e1]  # other row-mates and batches: the same masks
+    # the workers (one copy of the collator each, kept across epochs) read the sampler's epoch
+    assert run(plan_seed=0, num_workers=2, persistent_workers=True) == [e0, e1]
+    assert sum(e0[i] != e1[i] for i in e0) > len(docs) // 2  # the next epoch masks again
+    assert sum(run(0, (0,), mask_seed=1)[0][i] != e0[i] for i in e0) > len(docs) // 2
+
+    # a resume mid-epoch 1 gives the rest of epoch 1's batches, masked as before
+    sampler = PackSampler(lens, row_length=48, batch_size=2, seed=0)
+    loader = sampler.dataloader(dataset, collate_fn=sampler.collator(mlm=_masking()))
+    sampler.set_epoch(1)
+    full = list(loader)
+    sampler.set_epoch(1)
+    it = iter(loader)
+    next(it), next(it)
+    again = PackSampler(lens, row_length=48, batch_size=2, seed=0)
+    again.load_state_dict(loader.state_dict())
+    rest = list(again.dataloader(dataset, collate_fn=again.collator(mlm=_masking())))
+    assert len(rest) == len(full) - 2 > 0
+    for a, b in zip(rest, full[2:], strict=True):
+        assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["labels"], b["labels"])
+
+
+def test_mlm_masking_refuses_bad_options():
+    with pytest.raises(ValueError, match=r"mlm_probability must be in \(0, 1\], got mlm_prob"):
+        _masking(mlm_probability=0.0)
+    with pytest.raises(ValueError, match=r"mask_replace_prob \+ random_replace_prob must be at"):
+        _masking(mask_replace_prob=0.95, random_replace_prob=0.1)
+    with pytest.raises(ValueError, match=r"mask_token_id must be an id of the vocabulary \[0, 64"):
+        MLMMasking(mask_token_id=64, vocab_size=64)
+    with pytest.raises(TypeError, match=r"special_ids must be a sequence of ints"):
+        MLMMasking(mask_token_id=4, vocab_size=64, special_ids=3)
+    with pytest.raises(TypeError, match=r"mlm must be None or an MLMMasking"):
+        PackSampler([3, 4], row_length=8, batch_size=1).collator(mlm=0.15)
+    with pytest.raises(ValueError, match=r"has no mask token \(mask_token_id=None\)"):
+        MLMMasking.from_tokenizer(transformers.PreTrainedTokenizerFast(
+            tokenizer_object=_tokenizer().backend_tokenizer, pad_token="[PAD]"
+        ))  # fmt: skip
+    collate = PackSampler([3, 4], row_length=8, batch_size=1).collator(mlm=_masking())
+    with pytest.raises(ValueError, match=r"carry their own labels \('labels'\), but a masked-LM"):
+        collate([{"input_ids": [5, 6, 7], "labels": [5, 6, 7]}])
