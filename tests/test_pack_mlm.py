@@ -1,5 +1,5 @@
-"""Packed masked-LM rows (BERT / RoBERTa pretraining): MLMMasking in the packing collator
-(session 32).
+"""Packed masked-LM rows (BERT / RoBERTa pretraining): MLMMasking in the packing collator,
+hf.for_packing(mlm_probability=...) and BucketTrainer with a ForMaskedLM head (session 32).
 
 Before, packing made causal-LM rows only and BucketTrainer refused a masked-LM head on them
 (s31); an encoder user had to bucket instead."""
@@ -21,7 +21,6 @@ from bucketloader.pack import IGNORE_INDEX, MLMMasking, PackSampler, document_ma
 transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
 pytest.importorskip("accelerate")
-
 
 PAD, UNK, CLS, SEP, MASK = range(5)
 SPECIAL = (PAD, UNK, CLS, SEP, MASK)
@@ -75,7 +74,7 @@ def test_packed_masked_lm_rows_equal_each_document_alone(kind, attn):
     tokens) run alone, and the row's loss is the loss of its documents' masked tokens: the
     per-document losses summed over their masked tokens, divided by their count."""
     start, pad = (2, 1) if kind == "roberta" else (0, PAD)
-    docs = _documents(40, seed=1, high=31)  # up to 32 tokens: full rows of 32 too
+    docs = _documents(24, seed=1, high=31)  # up to 32 tokens: full rows of 32 too
     sampler = PackSampler([len(d) for d in docs], row_length=32, batch_size=3, seed=3)
     collate = sampler.collator(pad_token_id=pad, position_ids_start=start, mlm=_masking())
     model = _encoder(kind, attn)
@@ -246,3 +245,41 @@ def test_mlm_masking_refuses_bad_options():
     collate = PackSampler([3, 4], row_length=8, batch_size=1).collator(mlm=_masking())
     with pytest.raises(ValueError, match=r"carry their own labels \('labels'\), but a masked-LM"):
         collate([{"input_ids": [5, 6, 7], "labels": [5, 6, 7]}])
+
+
+def _masked_documents(batch):
+    """``{original tokens: (masked ids, labels)}`` of every document of a collated batch."""
+    found = {}
+    for r, row in enumerate(batch["document_ids"]):
+        for d in [d for d in row.unique().tolist() if d >= 0]:
+            ids, labels = batch["input_ids"][r, row == d], batch["labels"][r, row == d]
+            original = torch.where(labels != IGNORE_INDEX, labels, ids)
+            found[tuple(original.tolist())] = (ids.tolist(), labels.tolist())
+    return found
+
+
+def test_a_packing_stream_masks_each_document_as_the_sampler_does():
+    """PackIterable.collator(mlm=...) writes its pass's epoch where its workers collate: with
+    two persistent workers over two epochs, every document is masked as a PackSampler with the
+    same MLMMasking masks it in that epoch."""
+    from bucketloader.stream import PackIterable
+
+    docs = _documents(50, seed=8, low=6)
+    assert len({tuple(d) for d in docs}) == len(docs)
+    sampler = PackSampler([len(d) for d in docs], row_length=48, batch_size=2)
+    by_sampler = sampler.collator(mlm=_masking(seed=3))
+    stream = PackIterable(docs, row_length=48, batch_size=2)
+    loader = DataLoader(
+        stream, batch_size=None, collate_fn=stream.collator(mlm=_masking(seed=3)),
+        num_workers=2, persistent_workers=True,
+    )  # fmt: skip
+    for epoch in (0, 1):
+        sampler.set_epoch(epoch)
+        stream.set_epoch(epoch)
+        want: dict = {}
+        for idx in sampler:
+            want.update(_masked_documents(by_sampler([docs[i] for i in idx])))
+        got: dict = {}
+        for batch in loader:
+            got.update(_masked_documents(batch))
+        assert len(got) == len(docs) and got == want

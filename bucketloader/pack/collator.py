@@ -93,8 +93,10 @@ forever. So the epoch is a one-element int64 tensor in shared memory, which fork
 workers both map rather than copy, and the sampler that built the collator
 (``PackSampler.collator(mlm=...)``) shares its own with it and writes its epoch there when a
 pass starts, after any auto-advance or resume has fixed the epoch and before it hands out the
-pass's first batch: every batch of that pass reaches a worker after the write. A collator built
-directly follows ``collator.set_epoch(epoch)``. (A plain ``pickle`` copy, outside a DataLoader,
+pass's first batch: every batch of that pass reaches a worker after the write. A packing stream
+(``PackIterable.collator(mlm=...)``) writes it when its pass starts, in the process that
+iterates it, where the DataLoader also collates its batches. A collator built directly follows
+``collator.set_epoch(epoch)``. (A plain ``pickle`` copy, outside a DataLoader,
 holds a copy of the value.)
 """
 
