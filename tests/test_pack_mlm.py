@@ -22,6 +22,8 @@ transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
 pytest.importorskip("accelerate")
 
+from bucketloader import hf  # noqa: E402
+
 PAD, UNK, CLS, SEP, MASK = range(5)
 SPECIAL = (PAD, UNK, CLS, SEP, MASK)
 VOCAB = 64
@@ -245,6 +247,114 @@ def test_mlm_masking_refuses_bad_options():
     collate = PackSampler([3, 4], row_length=8, batch_size=1).collator(mlm=_masking())
     with pytest.raises(ValueError, match=r"carry their own labels \('labels'\), but a masked-LM"):
         collate([{"input_ids": [5, 6, 7], "labels": [5, 6, 7]}])
+
+
+def _args(tmp_path, **kw):
+    return transformers.TrainingArguments(
+        output_dir=str(tmp_path), report_to=[], use_cpu=True, save_strategy="no",
+        disable_tqdm=True, logging_strategy="no", **kw,
+    )  # fmt: skip
+
+
+def _bert(**kw):
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64, pad_token_id=PAD, **kw,
+    )  # fmt: skip
+    return (transformers.BertLMHeadModel if kw else transformers.BertForMaskedLM)(config)
+
+
+def test_bucket_trainer_trains_a_masked_lm_head_on_packed_masked_lm_rows(tmp_path):
+    """s31 refused BertForMaskedLM on packed rows (causal-LM rows only); with
+    for_packing(mlm_probability=0.15) BucketTrainer takes it: the batches are masked-LM rows
+    with a bidirectional document mask, and a few steps lower the loss on fixed masked batches.
+    A causal-LM head is refused on them, as the masked-LM head still is on causal rows."""
+    tok = _tokenizer()
+    # (a few words: the first steps learn them, from ln(64) towards ln(8))
+    ds = datasets.Dataset.from_dict({"input_ids": _documents(120, seed=6, words=13)})
+    packed = hf.for_packing(ds, tokenizer=tok, mlm_probability=0.15, row_length=64, batch_size=4)
+    assert packed.collator.attention == "mask" and not packed.collator.causal
+    fixed = list(packed.dataloader())[:4]  # epoch 0's first batches, masked once
+    mask = fixed[0]["attention_mask"]
+    assert mask.dtype == torch.bool and torch.equal(mask, mask.transpose(-1, -2))  # both ways
+    assert (fixed[0]["input_ids"] == MASK).any() and (fixed[0]["labels"] != IGNORE_INDEX).any()
+
+    def loss(model):
+        model.eval()
+        with torch.no_grad():
+            return float(np.mean([float(model(**b).loss) for b in fixed]))
+
+    model = _bert()
+    before = loss(model)
+    trainer = hf.BucketTrainer(
+        model=model, args=_args(tmp_path, max_steps=12, learning_rate=2e-2), bucketing=packed
+    )
+    assert trainer.train().global_step == 12
+    after = loss(model)
+    assert after < before - 1.0, (before, after)
+
+    with pytest.raises(ValueError, match=r"BertLMHeadModel is a causal-LM head, which shifts"):
+        hf.BucketTrainer(model=_bert(is_decoder=True), args=_args(tmp_path), bucketing=packed)
+    causal = hf.for_packing(ds, tokenizer=tok, attention="mask", row_length=64, batch_size=4)
+    with pytest.raises(ValueError, match=r"masked-LM head.*hf.for_packing\(..., tokenizer=tok"):
+        hf.BucketTrainer(model=_bert(), args=_args(tmp_path), bucketing=causal)
+
+
+def test_a_roberta_masked_lm_trains_on_packed_rows_from_its_padding_index(tmp_path):
+    """RoBERTa numbers positions from padding_idx + 1: masked-LM rows from 2 are taken, from 0
+    refused naming position_ids_start=2 (the check of s31, now reached by a masked-LM head)."""
+    tok = _tokenizer()
+    ds = datasets.Dataset.from_dict({"input_ids": _documents(40, seed=7)})
+    torch.manual_seed(0)
+    roberta = transformers.RobertaForMaskedLM(transformers.RobertaConfig(
+        vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=66, pad_token_id=1,
+    ))  # fmt: skip
+    options = dict(tokenizer=tok, mlm_probability=0.15, row_length=64, batch_size=2)
+    with pytest.raises(ValueError, match=r"numbers positions from 2 .*position_ids_start=2\)$"):
+        hf.BucketTrainer(
+            model=roberta, args=_args(tmp_path), bucketing=hf.for_packing(ds, **options)
+        )
+    packed = hf.for_packing(ds, position_ids_start=2, **options)
+    trainer = hf.BucketTrainer(model=roberta, args=_args(tmp_path, max_steps=2), bucketing=packed)
+    assert trainer.train().global_step == 2
+
+
+def test_for_packing_refuses_what_masked_lm_rows_cannot_take(tmp_path):
+    tok = _tokenizer()
+    # (documents of 20 tokens or more: every evaluation batch has a masked token, else its
+    # loss is NaN, as in transformers.Trainer)
+    ds = datasets.Dataset.from_dict({"input_ids": _documents(20, low=20, high=40)})
+    options = dict(mlm_probability=0.15, row_length=64, batch_size=2)
+    with pytest.raises(ValueError, match=r"'positions' tells a decoder .* attention='flash'$"):
+        hf.for_packing(ds, tokenizer=tok, attention="positions", **options)
+    with pytest.raises(ValueError, match=r"mlm_probability=0.15\) masks with the tokenizer's"):
+        hf.for_packing(ds, pad_token_id=0, **options)
+    labelled = ds.add_column("labels", ds["input_ids"])
+    with pytest.raises(ValueError, match=r"has a 'labels' column, which would be lost; drop it"):
+        hf.for_packing(labelled, tokenizer=tok, **options)
+    packed = hf.for_packing(ds, tokenizer=tok, **options)
+    lm = transformers.DataCollatorForLanguageModeling(tok, mlm=False)
+    with pytest.raises(ValueError, match=r"packed masked-LM rows .* has mlm=False"):
+        trainer = hf.BucketTrainer(
+            model=_bert(), args=_args(tmp_path), bucketing=packed, data_collator=lm
+        )
+        trainer.get_train_dataloader()
+    plain = hf.BucketTrainer(model=_bert(), args=_args(tmp_path), bucketing=packed, eval_dataset=ds)
+    with pytest.warns(
+        UserWarning, match=r"own masked-LM labels, .*Modeling\(tokenizer, mlm=True\)"
+    ):
+        plain.get_eval_dataloader()
+    # mlm=True masks the evaluation batches (bucketed, without labels) and leaves the packed ones
+    lm = transformers.DataCollatorForLanguageModeling(tok, mlm=True, seed=0)
+    trainer = hf.BucketTrainer(
+        model=_bert(), args=_args(tmp_path, max_steps=1), bucketing=packed, data_collator=lm,
+        eval_dataset=ds,
+    )  # fmt: skip
+    train = next(iter(trainer.get_train_dataloader()))
+    assert train["attention_mask"].dim() == 4  # the packed batch, as collated
+    assert np.isfinite(trainer.evaluate()["eval_loss"])
 
 
 def _masked_documents(batch):
