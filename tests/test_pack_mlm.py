@@ -393,3 +393,54 @@ def test_a_packing_stream_masks_each_document_as_the_sampler_does():
         for batch in loader:
             got.update(_masked_documents(batch))
         assert len(got) == len(docs) and got == want
+
+
+def _modernbert(attn="sdpa"):
+    torch.manual_seed(0)
+    config = transformers.ModernBertConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64, pad_token_id=PAD, bos_token_id=CLS,
+        cls_token_id=CLS, eos_token_id=SEP, sep_token_id=SEP, local_attention=8,
+        global_attn_every_n_layers=2, attn_implementation=attn,
+    )  # fmt: skip
+    return transformers.ModernBertForMaskedLM(config).eval()
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_modernbert_sliding_layers_take_a_mask_per_layer_kind(tmp_path, attn):
+    """ModernBERT's local layers see config.sliding_window (4) tokens either way; one 4-D
+    document mask is used as given by every layer, so in packed rows they saw whole documents
+    (logits 3.9e-4 off each document alone) and BucketTrainer took it. It is refused now, naming
+    sliding_window=4, which ships one mask per layer kind: then each document equals it alone."""
+    tok = _tokenizer()
+    ds = datasets.Dataset.from_dict({"input_ids": _documents(30, seed=9, low=6)})
+    model = _modernbert(attn)
+    dtype = torch.bool if attn == "sdpa" else torch.float32
+    options = dict(tokenizer=tok, mlm_probability=0.15, row_length=32, batch_size=2)
+    options.update(mask_dtype=dtype)
+    plain = hf.for_packing(ds, **options)
+    with pytest.raises(ValueError, match=r"attend 4 tokens either way, .*sliding_window=4\) \("):
+        hf.BucketTrainer(model=model, args=_args(tmp_path), bucketing=plain)
+    packed = hf.for_packing(ds, sliding_window=4, **options)
+    hf.BucketTrainer(model=model, args=_args(tmp_path), bucketing=packed)  # taken
+    worst = {"plain": 0.0, "per kind": 0.0}
+    for idx in packed.sampler:
+        samples = [packed.dataset[i] for i in idx]
+        batch = packed.collator(samples)
+        document_ids = packed.collator.collator(samples)["document_ids"]
+        masks = batch["attention_mask"]
+        assert torch.equal(masks["full_attention"], plain.collator(samples)["attention_mask"])
+        for name, mask in (("plain", masks["full_attention"]), ("per kind", masks)):
+            with torch.no_grad():
+                logits = model(**{**batch, "attention_mask": mask}).logits
+            for r, row in enumerate(document_ids):
+                for d in [d for d in row.unique().tolist() if d >= 0]:
+                    cols = row == d
+                    with torch.no_grad():
+                        alone = model(input_ids=batch["input_ids"][r, cols][None]).logits[0]
+                    worst[name] = max(worst[name], float((logits[r, cols] - alone).abs().max()))
+    assert worst["per kind"] < 1e-6 < 1e-5 < worst["plain"], worst
+    with pytest.raises(ValueError, match=r"BertForMaskedLM has no sliding-window layers .*no s"):
+        hf.BucketTrainer(model=_bert(), args=_args(tmp_path), bucketing=packed)
+    with pytest.raises(ValueError, match=r"sliding_window=4 shapes the 4-D masks of attention="):
+        hf.for_packing(ds, sliding_window=4, attention="flash", **options)

@@ -49,6 +49,18 @@ Read from transformers 5.x (``masking_utils.create_causal_mask``, ``_preprocess_
   its whole document and to no other. ``"positions"`` is refused there: encoders read no
   documents from ``position_ids``.
 
+NOTE [ Sliding-window layers in packed rows ]
+Models whose layers mix full and sliding-window attention (``config.layer_types`` with
+``"sliding_attention"``: ModernBERT's local layers, Gemma 2 / 3) build one mask per kind from a
+2-D padding mask, but use a 4-D mask as given by every layer: with ``attention="mask"`` their
+sliding layers would see whole documents in a packed row, where a document run alone sees
+``config.sliding_window`` tokens (a tiny ModernBERT with ``local_attention=8``: logits 3.9e-4
+off its documents alone). They take a dict of masks, one per layer kind, as given:
+``sliding_window=config.sliding_window`` ships ``{"full_attention": document mask,
+"sliding_attention": document mask within the window}`` (``document_mask(..., window=)``), and
+each document's logits equal it run alone again (3e-8). ``BucketTrainer`` refuses such a model
+with a plain 4-D mask where a row is longer than the window reaches, naming the value.
+
 Labels are -100 at every document's first token and on padding, so the shifted causal-LM loss
 never predicts across a boundary (``tests/test_pack.py`` checks logits and per-token losses of each
 document against the document run alone, to 1e-5).
@@ -108,6 +120,7 @@ class PackedInputs:
         attention: str = "positions",
         mask_dtype: torch.dtype = torch.bool,
         return_seq_idx: bool = False,
+        sliding_window: int | None = None,
     ) -> None:
         self.collator = collator
         self.attention = check_choice("attention", attention, ATTENTION)
@@ -116,6 +129,7 @@ class PackedInputs:
         self.mask_dtype = mask_dtype
         self.return_seq_idx = _check_seq_idx(return_seq_idx, attention)
         _check_mlm_attention(getattr(collator, "mlm", None), attention)
+        self.sliding_window = _check_sliding_window(sliding_window, attention)
         if self.return_seq_idx and not getattr(collator, "seq_idx", False):
             raise ValueError(
                 "return_seq_idx=True needs a collator built with seq_idx=True "
@@ -149,9 +163,15 @@ class PackedInputs:
         out = self.collator(samples)
         batch = {k: out[k] for k in ("input_ids", "labels", "position_ids")}
         if self.attention == "mask":
-            batch["attention_mask"] = document_mask(
-                out["document_ids"], causal=self.causal, dtype=self.mask_dtype
-            )
+            ids, causal, dtype = out["document_ids"], self.causal, self.mask_dtype
+            batch["attention_mask"] = document_mask(ids, causal=causal, dtype=dtype)
+            if self.sliding_window is not None:  # (NOTE [ Sliding-window layers in packed rows ])
+                batch["attention_mask"] = {
+                    "full_attention": batch["attention_mask"],
+                    "sliding_attention": document_mask(
+                        ids, causal=causal, dtype=dtype, window=self.sliding_window
+                    ),
+                }
         elif self.attention == "flash":
             batch["cu_seq_lens_q"] = batch["cu_seq_lens_k"] = out["cu_seqlens"]
             batch["max_length_q"] = batch["max_length_k"] = out["max_seqlen"]
@@ -181,6 +201,20 @@ def _check_mlm_attention(mlm: Any, attention: str) -> None:
             "across them; masked-LM rows take attention='mask' (a bidirectional document mask, "
             "the default with mlm_probability) or attention='flash'"
         )
+
+
+def _check_sliding_window(sliding_window: Any, attention: str) -> int | None:
+    if sliding_window is None:
+        return None
+    window = check_int("sliding_window", sliding_window, minimum=1)
+    if attention != "mask":
+        raise ValueError(
+            f"sliding_window={window} shapes the 4-D masks of attention='mask' (NOTE [ Sliding-"
+            f"window layers in packed rows ]), but attention={attention!r}: with 'positions' or "
+            "'flash' the model applies its own window; drop sliding_window, or use "
+            "attention='mask'"
+        )
+    return window
 
 
 def _check_labels(dataset: Any, column: str, tokens: np.ndarray) -> None:
@@ -224,6 +258,7 @@ def for_packing(
     return_seq_idx: bool = False,
     position_ids_start: int = 0,
     mlm_probability: float | None = None,
+    sliding_window: int | None = None,
     **options: Any,
 ) -> Bucketing:
     """A packing sampler + model collator for a tokenised causal-LM (or masked-LM) dataset.
@@ -249,6 +284,9 @@ def for_packing(
             mask token / a random id / kept 80/10/10, never its special tokens or padding,
             drawn from ``(seed, epoch, document)`` (:class:`~bucketloader.pack.MLMMasking`;
             ``tokenizer`` required, the sampler's ``seed``). A ``labels`` column is refused.
+        sliding_window: with ``attention="mask"``, the model's ``config.sliding_window`` where
+            some layers are sliding-window ones (ModernBERT, Gemma 2 / 3): the mask becomes a
+            dict of one mask per layer kind (NOTE [ Sliding-window layers in packed rows ]).
         **options: :class:`~bucketloader.pack.PackSampler` options: ``row_length`` (required),
             ``batch_size`` or ``max_tokens``, ``overflow``, ``last_batch``, ``shuffle``,
             ``seed``, ``num_replicas``, ``rank``.
@@ -284,6 +322,7 @@ def for_packing(
     check_choice("attention", attention, ATTENTION)  # before the lengths are read
     _check_seq_idx(return_seq_idx, attention)
     _check_mlm_attention(mlm, attention)
+    _check_sliding_window(sliding_window, attention)
     check_int("position_ids_start", position_ids_start, minimum=0)
     dataset_list(dataset, "for_packing")  # (a pyarrow.Table has no rows by index)
     check_token_columns([dataset], [column], "for_packing")
@@ -309,6 +348,10 @@ def for_packing(
         mlm=mlm,
     )
     collate = PackedInputs(
-        collator, attention=attention, mask_dtype=mask_dtype, return_seq_idx=return_seq_idx
+        collator,
+        attention=attention,
+        mask_dtype=mask_dtype,
+        return_seq_idx=return_seq_idx,
+        sliding_window=sliding_window,
     )
     return Bucketing(sampler, collate, dataset)

@@ -559,6 +559,7 @@ class _BucketMixin:
                 "bidirectional mask that shows each token its whole document; pack causal-LM "
                 "rows: hf.for_packing(...) without mlm_probability"
             )
+        _check_sliding_window(core, collate, f"{owner}: {name}", argument)
         start, table = _position_start(self.model)
         given = collate.position_ids_start
         moved = start is not None and given != start
@@ -2167,6 +2168,55 @@ def _position_start(model: Any) -> tuple[int | None, str]:
 #   head on them is refused the other way round.
 
 
+def _sliding_window_of(model: Any) -> int | None:
+    """``config.sliding_window`` of a model some of whose layers are sliding-window ones
+    (``config.layer_types``, or its ``text_config``'s), else ``None``."""
+    config = getattr(model, "config", None)
+    for c in (config, getattr(config, "text_config", None)):
+        kinds = getattr(c, "layer_types", None)
+        window = getattr(c, "sliding_window", None)
+        if (
+            isinstance(kinds, (list, tuple))
+            and "sliding_attention" in kinds
+            and isinstance(window, int)
+            and not isinstance(window, bool)
+        ):
+            return window
+    return None
+
+
+def _check_sliding_window(model: Any, collate: Any, who: str, argument: str) -> None:
+    """A model with sliding-window layers takes packed rows with ``attention="mask"`` only with
+    one mask per layer kind (NOTE [ Sliding-window layers in packed rows ] in
+    :mod:`bucketloader.hf.packing`), where its window is shorter than a row's documents."""
+    if collate.attention != "mask":
+        return
+    window, given = _sliding_window_of(model), getattr(collate, "sliding_window", None)
+    if given is not None and window != given:
+        has = (
+            f"config.sliding_window={window}"
+            if window is not None
+            else "no sliding-window layers (config.layer_types), and would not take a dict of masks"
+        )
+        fix = f"sliding_window={window}" if window is not None else "no sliding_window"
+        raise ValueError(
+            f"{who} has {has}, but the packed rows of {argument} are masked for sliding_window="
+            f"{given}; pack with hf.for_packing(..., {fix})"
+        )
+    if window is None or given is not None:
+        return
+    width = max(shape[-1] for shape in collate.shapes)
+    if (width > window) if collate.causal else (width - 1 > window):
+        reach = "back" if collate.causal else "either way"
+        raise ValueError(
+            f"{who} has sliding-window layers (config.layer_types) that attend {window} tokens "
+            f"{reach}, but attention='mask' gives every layer the one 4-D document mask of the "
+            f"packed rows of {argument}, so in rows of {width} tokens those layers would see "
+            "whole documents, not the window the model sees on each document alone; pack with "
+            f"hf.for_packing(..., sliding_window={window}) (a mask per layer kind)"
+        )
+
+
 #: Heads that shift their labels to predict the next token (refused on masked-LM rows).
 _CAUSAL_HEADS = ("ForCausalLM", "LMHeadModel")
 
@@ -2200,6 +2250,13 @@ def _packing_leak(
     if attention == "mask":  # (bidirectional for masked-LM rows, as the collator makes it)
         causal = getattr(collate, "causal", True)
         batch["attention_mask"] = document_mask(docs, causal=causal, dtype=collate.mask_dtype)
+        window = getattr(collate, "sliding_window", None)
+        if window is not None:  # (one mask per layer kind, as the collator makes them)
+            local = document_mask(docs, causal=causal, dtype=collate.mask_dtype, window=window)
+            batch["attention_mask"] = {
+                "full_attention": batch["attention_mask"],
+                "sliding_attention": local,
+            }
     elif attention == "flash":
         cu = torch.tensor([0, 3, 6, 9, 12], dtype=torch.int32)
         batch["cu_seq_lens_q"] = batch["cu_seq_lens_k"] = cu
