@@ -250,9 +250,10 @@ def test_mlm_masking_refuses_bad_options():
 
 
 def _args(tmp_path, **kw):
+    kw = {"save_strategy": "no", **kw}
     return transformers.TrainingArguments(
-        output_dir=str(tmp_path), report_to=[], use_cpu=True, save_strategy="no",
-        disable_tqdm=True, logging_strategy="no", **kw,
+        output_dir=str(tmp_path), report_to=[], use_cpu=True, disable_tqdm=True,
+        logging_strategy="no", **kw,
     )  # fmt: skip
 
 
@@ -444,3 +445,38 @@ def test_modernbert_sliding_layers_take_a_mask_per_layer_kind(tmp_path, attn):
         hf.BucketTrainer(model=_bert(), args=_args(tmp_path), bucketing=packed)
     with pytest.raises(ValueError, match=r"sliding_window=4 shapes the 4-D masks of attention="):
         hf.for_packing(ds, sliding_window=4, attention="flash", **options)
+
+
+def test_a_resumed_run_trains_on_the_masked_batches_it_would_have(tmp_path):
+    """BucketTrainer resumed from a checkpoint mid-epoch 1 trains on exactly the masked inputs
+    and labels the uninterrupted run did after it: the checkpoint's epoch reaches the collator
+    (built at epoch 0) when the resumed pass starts."""
+    tok = _tokenizer()
+    ds = datasets.Dataset.from_dict({"input_ids": _documents(24, seed=10, low=5)})
+
+    class Recording(hf.BucketTrainer):
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            self.seen.append(
+                (self.state.global_step, inputs["input_ids"].clone(), inputs["labels"].clone())
+            )
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    def run(resume=None):
+        packed = hf.for_packing(
+            ds, tokenizer=tok, mlm_probability=0.3, row_length=64, batch_size=2, seed=4
+        )
+        args = _args(tmp_path, num_train_epochs=2, save_strategy="steps", save_steps=3)
+        trainer = Recording(model=_bert(), args=args, bucketing=packed)
+        trainer.seen = []
+        trainer.train(resume_from_checkpoint=resume)
+        assert packed.collator.collator.epoch == 1  # (the masks drawn last: epoch 1's)
+        return trainer.seen, len(packed.sampler)
+
+    whole, per_epoch = run()
+    assert len(whole) == 2 * per_epoch and 3 < per_epoch + 1 < 6  # a checkpoint in epoch 1
+    step = 3 * ((per_epoch + 2) // 3)  # the first checkpoint of epoch 1
+    rest, _ = run(resume=str(tmp_path / f"checkpoint-{step}"))
+    after = [b for b in whole if b[0] >= step]
+    assert len(rest) == len(after) > 0
+    for (_, ids, labels), (_, want_ids, want_labels) in zip(rest, after, strict=True):
+        assert torch.equal(ids, want_ids) and torch.equal(labels, want_labels)
