@@ -284,6 +284,8 @@ def for_packing(
             mask token / a random id / kept 80/10/10, never its special tokens or padding,
             drawn from ``(seed, epoch, document)`` (:class:`~bucketloader.pack.MLMMasking`;
             ``tokenizer`` required, the sampler's ``seed``). A ``labels`` column is refused.
+            Other masking options: ``Bucketing(sampler, PackedInputs(sampler.collator(mlm=
+            MLMMasking(...)), attention="mask"), dataset)``.
         sliding_window: with ``attention="mask"``, the model's ``config.sliding_window`` where
             some layers are sliding-window ones (ModernBERT, Gemma 2 / 3): the mask becomes a
             dict of one mask per layer kind (NOTE [ Sliding-window layers in packed rows ]).
