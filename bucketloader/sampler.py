@@ -237,10 +237,14 @@ class EpochSampler(Sampler[list[int]]):
         self._passes.prefetched = _pulled_by_workers()
         plan = self.plan()
         self._yielded = start
+        self._pass_starts()
         for i in range(start, len(plan)):
             self._yielded = i + 1
             yield self._batch(plan, i)
         self._passes.finished = True
+
+    def _pass_starts(self) -> None:
+        """A pass of ``self.epoch`` is about to hand out its first batch (a subclass's hook)."""
 
     def _batch(self, plan: Any, i: int) -> list[int]:
         """Batch ``i`` of ``plan`` as handed out (a subclass may add what the collator needs)."""

@@ -648,3 +648,45 @@ def test_under_deepspeed_or_fsdp_the_start_is_checked_without_the_probe(tmp_path
     Sharded(model=_model("sdpa"), args=args, bucketing=packed)  # (a cache: not seen there)
     with pytest.raises(ValueError, match="and a cache"):
         hf.BucketTrainer(model=_model("sdpa"), args=args, bucketing=packed)  # (seen here)
+
+
+def test_sliding_window_layers_take_a_mask_per_layer_kind(tmp_path):
+    """s32: Gemma 2's sliding layers use a 4-D mask as given, so with attention="mask" they saw
+    whole documents in a packed row (logits 0.13 off each document alone), and BucketTrainer
+    took it. It is refused now, naming sliding_window=4; with it the collator ships one mask
+    per layer kind, and each document's logits equal it alone. NOTE [ Sliding-window layers in
+    packed rows ] in bucketloader.hf.packing."""
+    torch.manual_seed(0)
+    config = transformers.Gemma2Config(
+        vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, intermediate_size=64, max_position_embeddings=64,
+        sliding_window=4, pad_token_id=0, attn_implementation="eager",
+        layer_types=["sliding_attention", "full_attention"],
+    )  # fmt: skip
+    model = transformers.Gemma2ForCausalLM(config).eval()
+    rng = np.random.default_rng(0)
+    ds = datasets.Dataset.from_dict({"input_ids": [rng.integers(5, 64, n).tolist() for n in
+                                                   rng.integers(1, 16, 12)]})  # fmt: skip
+    options = dict(pad_token_id=0, row_length=32, batch_size=2, attention="mask")
+    options.update(mask_dtype=torch.float32)
+    plain = hf.for_packing(ds, **options)
+    with pytest.raises(ValueError, match=r"attend 4 tokens back, .*sliding_window=4\) \(a mask"):
+        hf.BucketTrainer(model=model, args=_roberta_args(tmp_path), bucketing=plain)
+    packed = hf.for_packing(ds, sliding_window=4, **options)
+    hf.BucketTrainer(model=model, args=_roberta_args(tmp_path), bucketing=packed)  # taken
+    worst = {"plain": 0.0, "per kind": 0.0}
+    for idx in packed.sampler:
+        samples = [packed.dataset[i] for i in idx]
+        batch = packed.collator(samples)
+        document_ids = packed.collator.collator(samples)["document_ids"]
+        masks = batch["attention_mask"]
+        for name, mask in (("plain", masks["full_attention"]), ("per kind", masks)):
+            with torch.no_grad():
+                logits = model(input_ids=batch["input_ids"], attention_mask=mask).logits
+            for r, row in enumerate(document_ids):
+                for d in [d for d in row.unique().tolist() if d >= 0]:
+                    cols = row == d
+                    with torch.no_grad():
+                        alone = model(input_ids=batch["input_ids"][r, cols][None]).logits[0]
+                    worst[name] = max(worst[name], float((logits[r, cols] - alone).abs().max()))
+    assert worst["per kind"] < 1e-6 and worst["plain"] > 1e-2, worst

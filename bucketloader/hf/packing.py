@@ -41,6 +41,26 @@ Read from transformers 5.x (``masking_utils.create_causal_mask``, ``_preprocess_
   (like BERT's): ``attention="mask"``. :class:`~bucketloader.hf.BucketTrainer` refuses a start
   that is not the model's, naming the one that is.
 
+* Encoders trained as masked LMs (``BertForMaskedLM``, ``RobertaForMaskedLM``,
+  ``ModernBertForMaskedLM``): ``mlm_probability=0.15`` masks each packed document as
+  ``DataCollatorForLanguageModeling(mlm=True)`` masks a sequence (NOTE [ Masked-LM masking of
+  packed rows ] in :mod:`bucketloader.pack.mlm`), and ``attention="mask"`` (its default) ships
+  a *bidirectional* document mask (``document_mask(..., causal=False)``): each token attends to
+  its whole document and to no other. ``"positions"`` is refused there: encoders read no
+  documents from ``position_ids``.
+
+NOTE [ Sliding-window layers in packed rows ]
+Models whose layers mix full and sliding-window attention (``config.layer_types`` with
+``"sliding_attention"``: ModernBERT's local layers, Gemma 2 / 3) build one mask per kind from a
+2-D padding mask, but use a 4-D mask as given by every layer: with ``attention="mask"`` their
+sliding layers would see whole documents in a packed row, where a document run alone sees
+``config.sliding_window`` tokens (a tiny ModernBERT with ``local_attention=8``: logits 3.9e-4
+off its documents alone). They take a dict of masks, one per layer kind, as given:
+``sliding_window=config.sliding_window`` ships ``{"full_attention": document mask,
+"sliding_attention": document mask within the window}`` (``document_mask(..., window=)``), and
+each document's logits equal it run alone again (3e-8). ``BucketTrainer`` refuses such a model
+with a plain 4-D mask where a row is longer than the window reaches, naming the value.
+
 Labels are -100 at every document's first token and on padding, so the shifted causal-LM loss
 never predicts across a boundary (``tests/test_pack.py`` checks logits and per-token losses of each
 document against the document run alone, to 1e-5).
@@ -64,7 +84,7 @@ from bucketloader.hf.bucketing import (
     pad_token_id_of,
 )
 from bucketloader.hf.lengths import lengths, table_and_indices
-from bucketloader.pack import PackSampler, PackSpec, document_mask
+from bucketloader.pack import MLMMasking, PackSampler, PackSpec, document_mask
 
 __all__ = ["ATTENTION", "PackedInputs", "for_packing"]
 
@@ -100,6 +120,7 @@ class PackedInputs:
         attention: str = "positions",
         mask_dtype: torch.dtype = torch.bool,
         return_seq_idx: bool = False,
+        sliding_window: int | None = None,
     ) -> None:
         self.collator = collator
         self.attention = check_choice("attention", attention, ATTENTION)
@@ -107,6 +128,8 @@ class PackedInputs:
             raise TypeError(f"mask_dtype must be a torch.dtype, got mask_dtype={mask_dtype!r}")
         self.mask_dtype = mask_dtype
         self.return_seq_idx = _check_seq_idx(return_seq_idx, attention)
+        _check_mlm_attention(getattr(collator, "mlm", None), attention)
+        self.sliding_window = _check_sliding_window(sliding_window, attention)
         if self.return_seq_idx and not getattr(collator, "seq_idx", False):
             raise ValueError(
                 "return_seq_idx=True needs a collator built with seq_idx=True "
@@ -119,6 +142,18 @@ class PackedInputs:
         return self.collator.shapes  # type: ignore[no-any-return]
 
     @property
+    def mlm(self) -> Any:
+        """The collator's :class:`~bucketloader.pack.MLMMasking` (masked-LM rows), or ``None``
+        (causal-LM rows)."""
+        return getattr(self.collator, "mlm", None)
+
+    @property
+    def causal(self) -> bool:
+        """Whether the rows are causal-LM rows (a causal document mask), not masked-LM rows
+        (each token sees its whole document)."""
+        return self.mlm is None
+
+    @property
     def position_ids_start(self) -> int:
         """The first position of every packed document (the collator's; 0 where it has none)."""
         start = getattr(self.collator, "position_ids_start", 0)
@@ -128,7 +163,15 @@ class PackedInputs:
         out = self.collator(samples)
         batch = {k: out[k] for k in ("input_ids", "labels", "position_ids")}
         if self.attention == "mask":
-            batch["attention_mask"] = document_mask(out["document_ids"], dtype=self.mask_dtype)
+            ids, causal, dtype = out["document_ids"], self.causal, self.mask_dtype
+            batch["attention_mask"] = document_mask(ids, causal=causal, dtype=dtype)
+            if self.sliding_window is not None:  # (NOTE [ Sliding-window layers in packed rows ])
+                batch["attention_mask"] = {
+                    "full_attention": batch["attention_mask"],
+                    "sliding_attention": document_mask(
+                        ids, causal=causal, dtype=dtype, window=self.sliding_window
+                    ),
+                }
         elif self.attention == "flash":
             batch["cu_seq_lens_q"] = batch["cu_seq_lens_k"] = out["cu_seqlens"]
             batch["max_length_q"] = batch["max_length_k"] = out["max_seqlen"]
@@ -146,6 +189,32 @@ def _check_seq_idx(return_seq_idx: Any, attention: str) -> bool:
             "use attention='positions' or attention='flash' with return_seq_idx=True"
         )
     return return_seq_idx
+
+
+def _check_mlm_attention(mlm: Any, attention: str) -> None:
+    """Masked-LM rows need the documents kept apart by a mask or varlen arguments: encoders
+    (BERT, RoBERTa, ModernBERT) find no documents in ``position_ids``."""
+    if mlm is not None and attention == "positions":
+        raise ValueError(
+            "attention='positions' tells a decoder where documents start, but an encoder "
+            "(BERT, RoBERTa, ModernBERT) reads no documents from position_ids and would attend "
+            "across them; masked-LM rows take attention='mask' (a bidirectional document mask, "
+            "the default with mlm_probability) or attention='flash'"
+        )
+
+
+def _check_sliding_window(sliding_window: Any, attention: str) -> int | None:
+    if sliding_window is None:
+        return None
+    window = check_int("sliding_window", sliding_window, minimum=1)
+    if attention != "mask":
+        raise ValueError(
+            f"sliding_window={window} shapes the 4-D masks of attention='mask' (NOTE [ Sliding-"
+            f"window layers in packed rows ]), but attention={attention!r}: with 'positions' or "
+            "'flash' the model applies its own window; drop sliding_window, or use "
+            "attention='mask'"
+        )
+    return window
 
 
 def _check_labels(dataset: Any, column: str, tokens: np.ndarray) -> None:
@@ -183,14 +252,16 @@ def for_packing(
     *,
     pad_token_id: int | None = None,
     tokenizer: Any = None,
-    attention: str = "positions",
+    attention: str | None = None,
     mask_dtype: torch.dtype = torch.bool,
     max_seqlen: int | str | None = None,
     return_seq_idx: bool = False,
     position_ids_start: int = 0,
+    mlm_probability: float | None = None,
+    sliding_window: int | None = None,
     **options: Any,
 ) -> Bucketing:
-    """A packing sampler + model collator for a tokenised causal-LM dataset.
+    """A packing sampler + model collator for a tokenised causal-LM (or masked-LM) dataset.
 
     Args:
         dataset: a tokenised ``datasets.Dataset`` (a ``labels`` column, e.g. a prompt masked
@@ -199,7 +270,8 @@ def for_packing(
         column: the token column.
         pad_token_id: the id written on padding (>= 0: the embedding looks it up); or
         tokenizer: any object with ``pad_token_id``.
-        attention: ``"positions"`` (default), ``"mask"`` or ``"flash"`` (NOTE [ How transformers
+        attention: ``"positions"`` (the default), ``"mask"`` (the default with
+            ``mlm_probability``: bidirectional then) or ``"flash"`` (NOTE [ How transformers
             models take a packed batch ]).
         mask_dtype: the 4-D mask's dtype with ``attention="mask"``: ``torch.bool`` for
             ``attn_implementation="sdpa"``, the model's float dtype for ``"eager"``.
@@ -207,6 +279,16 @@ def for_packing(
         return_seq_idx: also return ``seq_idx`` (Mamba-2 / causal-conv layers).
         position_ids_start: the first position of every document: 0, or the model's
             ``padding_idx + 1`` for RoBERTa-like models (2 for RoBERTa, XLM-R, CamemBERT).
+        mlm_probability: masked-LM rows instead of causal-LM ones (a ``*ForMaskedLM`` model):
+            each document's tokens picked with this chance (0.15 for BERT), the tokenizer's
+            mask token / a random id / kept 80/10/10, never its special tokens or padding,
+            drawn from ``(seed, epoch, document)`` (:class:`~bucketloader.pack.MLMMasking`;
+            ``tokenizer`` required, the sampler's ``seed``). A ``labels`` column is refused.
+            Other masking options: ``Bucketing(sampler, PackedInputs(sampler.collator(mlm=
+            MLMMasking(...)), attention="mask"), dataset)``.
+        sliding_window: with ``attention="mask"``, the model's ``config.sliding_window`` where
+            some layers are sliding-window ones (ModernBERT, Gemma 2 / 3): the mask becomes a
+            dict of one mask per layer kind (NOTE [ Sliding-window layers in packed rows ]).
         **options: :class:`~bucketloader.pack.PackSampler` options: ``row_length`` (required),
             ``batch_size`` or ``max_tokens``, ``overflow``, ``last_batch``, ``shuffle``,
             ``seed``, ``num_replicas``, ``rank``.
@@ -227,13 +309,36 @@ def for_packing(
     """
     check_entry_options(for_packing, options, PackSampler, PackSpec)
     pad = pad_token_id_of(pad_token_id, tokenizer, "for_packing")
+    mlm = None
+    if mlm_probability is not None:
+        if tokenizer is None:
+            raise ValueError(
+                f"for_packing(mlm_probability={mlm_probability!r}) masks with the tokenizer's "
+                "mask token, vocabulary size and special tokens; pass tokenizer=tokenizer (or "
+                "build the collator yourself: sampler.collator(mlm=MLMMasking(...)))"
+            )
+        seed = options.get("seed", 0)
+        mlm = MLMMasking.from_tokenizer(tokenizer, mlm_probability=mlm_probability, seed=seed)
+    if attention is None:
+        attention = "positions" if mlm is None else "mask"
     check_choice("attention", attention, ATTENTION)  # before the lengths are read
     _check_seq_idx(return_seq_idx, attention)
+    _check_mlm_attention(mlm, attention)
+    _check_sliding_window(sliding_window, attention)
     check_int("position_ids_start", position_ids_start, minimum=0)
     dataset_list(dataset, "for_packing")  # (a pyarrow.Table has no rows by index)
     check_token_columns([dataset], [column], "for_packing")
     check_token_ids([dataset], [column, "labels"], "for_packing")
     tokens = lengths(dataset, column)
+    if mlm is not None:
+        names = table_and_indices(dataset)[0].column_names
+        if "labels" in names and column != "labels":
+            raise ValueError(
+                f"for_packing(mlm_probability={mlm_probability!r}) makes the labels (the "
+                "masked tokens), but the dataset has a 'labels' column, which would be lost; "
+                "drop it (dataset = dataset.remove_columns('labels')), or pack causal-LM rows "
+                "without mlm_probability"
+            )
     _check_labels(dataset, column, tokens)
     sampler = PackSampler(tokens, **options)
     collator = sampler.collator(
@@ -242,8 +347,13 @@ def for_packing(
         max_seqlen=max_seqlen,
         seq_idx=return_seq_idx,
         position_ids_start=position_ids_start,
+        mlm=mlm,
     )
     collate = PackedInputs(
-        collator, attention=attention, mask_dtype=mask_dtype, return_seq_idx=return_seq_idx
+        collator,
+        attention=attention,
+        mask_dtype=mask_dtype,
+        return_seq_idx=return_seq_idx,
+        sliding_window=sliding_window,
     )
     return Bucketing(sampler, collate, dataset)

@@ -540,15 +540,26 @@ class _BucketMixin:
             core = self.model
         if core is not self.model:
             name = f"{type(core).__name__} (in {name})"
-        if type(core).__name__.endswith("ForMaskedLM"):
+        head = type(core).__name__
+        if head.endswith("ForMaskedLM") and collate.causal:
             raise ValueError(
                 f"{owner}: {name} is a masked-LM head, whose loss scores each token against its "
                 f"own label (no shift), but the packed rows of {argument} are causal-LM rows "
                 "labelled with their own tokens (for a model that shifts them), so it would "
-                "learn to copy its input; bucket it instead: bucketing=hf.for_text(...) (or "
+                "learn to copy its input; pack masked-LM rows: hf.for_packing(..., tokenizer="
+                "tokenizer, mlm_probability=0.15), or bucket it: bucketing=hf.for_text(...) (or "
                 "train_dataset=...) with data_collator=DataCollatorForLanguageModeling("
                 "tokenizer, mlm=True)"
             )
+        if not collate.causal and head.endswith(_CAUSAL_HEADS):
+            raise ValueError(
+                f"{owner}: {name} is a causal-LM head, which shifts its labels to predict the "
+                f"next token, but the packed rows of {argument} are masked-LM rows (mlm_"
+                "probability): masked inputs, labels on the masked tokens themselves, and a "
+                "bidirectional mask that shows each token its whole document; pack causal-LM "
+                "rows: hf.for_packing(...) without mlm_probability"
+            )
+        _check_sliding_window(core, collate, f"{owner}: {name}", argument)
         start, table = _position_start(self.model)
         given = collate.position_ids_start
         moved = start is not None and given != start
@@ -577,7 +588,12 @@ class _BucketMixin:
                     f"{wrong}; pack with hf.for_packing(..., position_ids_start={start})"
                 )
             return
-        others = [a for a in ("mask", "positions") if a != collate.attention]
+        # (not "positions" for masked-LM rows, which for_packing refuses it for)
+        others = [
+            a
+            for a in ("mask", "positions")
+            if a != collate.attention and (collate.causal or a == "mask")
+        ]
         keeps = [a for a in others if leaks(a) == 0.0]
         cached = trained is None and leaks(collate.attention, False) == 0.0  # (the cache mixes)
         mixes = (
@@ -1100,10 +1116,11 @@ class _BucketMixin:
             return
         if "labels" in dataset.column_names:
             return
+        kind, mlm = ("causal", "False") if train.causal else ("masked-LM", "True")
         warnings.warn(
-            f"{type(self).__name__}: training packs rows with their own causal labels, but the "
+            f"{type(self).__name__}: training packs rows with their own {kind} labels, but the "
             f"evaluation set {key!r} has no 'labels' column, so evaluate() reports no eval_loss; "
-            "pass data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False), which "
+            f"pass data_collator=DataCollatorForLanguageModeling(tokenizer, mlm={mlm}), which "
             "labels the evaluation batches and leaves the packed labels as they are",
             UserWarning,
             stacklevel=4,
@@ -1917,6 +1934,8 @@ def _row(tree: Any, row: int) -> Any:
 # labels the evaluation batches only (which ``for_text`` builds, without labels): copying
 # ``input_ids`` over the packed labels would train each document's first token on the
 # previous document and unmask the prompts. ``mlm=True`` on packed causal rows is refused.
+# Packed masked-LM rows (``for_packing(mlm_probability=...)``) are masked already: ``mlm=True``
+# masks the evaluation batches only, and ``mlm=False`` (causal labels) is refused there.
 _PADDING_COLLATORS = (
     "DataCollatorWithPadding",
     "DataCollatorForSeq2Seq",
@@ -1977,6 +1996,15 @@ def _packed(collate: Any, lm: Any, owner: str) -> bool:
 
     if not isinstance(collate, PackedInputs):
         return False
+    if not collate.causal:
+        if not lm.mlm:
+            raise ValueError(
+                f"{owner} trains packed masked-LM rows (hf.for_packing(..., mlm_probability=...)),"
+                " but data_collator=DataCollatorForLanguageModeling has mlm=False (causal "
+                "labels), which would label the evaluation batches for another task; pass "
+                "mlm=True (it then masks the evaluation batches), or no data_collator"
+            )
+        return True
     if lm.mlm:
         raise ValueError(
             f"{owner} trains packed causal-LM rows (bucketing=hf.for_packing(...)), which make "
@@ -2131,10 +2159,66 @@ def _position_start(model: Any) -> tuple[int | None, str]:
 #   give the batches this trainer trains on; the attention= refusal above works the same way,
 #   and so does DataCollatorWithFlattening, whose position_ids_start the user sets. One keyword,
 #   named with its value, is the whole fix.
-# * A masked-LM head (ForMaskedLM): packed rows are causal-LM rows, labelled with their own
-#   tokens for a model that shifts them; a masked-LM loss does not shift, so it would learn to
-#   copy its input, and a causal document mask (which the probe accepts, the second document
-#   being unchanged) would also hide each document's later tokens from its earlier ones.
+# * A masked-LM head (ForMaskedLM) on causal-LM rows (labelled with their own tokens for a model
+#   that shifts them): a masked-LM loss does not shift, so it would learn to copy its input, and
+#   a causal document mask (which the probe accepts, the second document being unchanged) would
+#   also hide each document's later tokens from its earlier ones. Masked-LM rows
+#   (for_packing(mlm_probability=...): masked inputs, labels on the masked tokens, a
+#   bidirectional document mask, which the probe then passes) are what it takes; a causal-LM
+#   head on them is refused the other way round.
+
+
+def _sliding_window_of(model: Any) -> int | None:
+    """``config.sliding_window`` of a model some of whose layers are sliding-window ones
+    (``config.layer_types``, or its ``text_config``'s), else ``None``."""
+    config = getattr(model, "config", None)
+    for c in (config, getattr(config, "text_config", None)):
+        kinds = getattr(c, "layer_types", None)
+        window = getattr(c, "sliding_window", None)
+        if (
+            isinstance(kinds, (list, tuple))
+            and "sliding_attention" in kinds
+            and isinstance(window, int)
+            and not isinstance(window, bool)
+        ):
+            return window
+    return None
+
+
+def _check_sliding_window(model: Any, collate: Any, who: str, argument: str) -> None:
+    """A model with sliding-window layers takes packed rows with ``attention="mask"`` only with
+    one mask per layer kind (NOTE [ Sliding-window layers in packed rows ] in
+    :mod:`bucketloader.hf.packing`), where its window is shorter than a row's documents."""
+    if collate.attention != "mask":
+        return
+    window, given = _sliding_window_of(model), getattr(collate, "sliding_window", None)
+    if given is not None and window != given:
+        has = (
+            f"config.sliding_window={window}"
+            if window is not None
+            else "no sliding-window layers (config.layer_types), and would not take a dict of masks"
+        )
+        fix = f"sliding_window={window}" if window is not None else "no sliding_window"
+        raise ValueError(
+            f"{who} has {has}, but the packed rows of {argument} are masked for sliding_window="
+            f"{given}; pack with hf.for_packing(..., {fix})"
+        )
+    if window is None or given is not None:
+        return
+    width = max(shape[-1] for shape in collate.shapes)
+    if (width > window) if collate.causal else (width - 1 > window):
+        reach = "back" if collate.causal else "either way"
+        raise ValueError(
+            f"{who} has sliding-window layers (config.layer_types) that attend {window} tokens "
+            f"{reach}, but attention='mask' gives every layer the one 4-D document mask of the "
+            f"packed rows of {argument}, so in rows of {width} tokens those layers would see "
+            "whole documents, not the window the model sees on each document alone; pack with "
+            f"hf.for_packing(..., sliding_window={window}) (a mask per layer kind)"
+        )
+
+
+#: Heads that shift their labels to predict the next token (refused on masked-LM rows).
+_CAUSAL_HEADS = ("ForCausalLM", "LMHeadModel")
 
 
 def _packing_leak(
@@ -2163,8 +2247,16 @@ def _packing_leak(
         "input_ids": torch.tensor([[a, a, a, a, b, a], [b, b, b, a, b, a]]),
         "position_ids": torch.tensor([[0, 1, 2, 0, 1, 2]] * 2) + start,
     }
-    if attention == "mask":
-        batch["attention_mask"] = document_mask(docs, dtype=collate.mask_dtype)
+    if attention == "mask":  # (bidirectional for masked-LM rows, as the collator makes it)
+        causal = getattr(collate, "causal", True)
+        batch["attention_mask"] = document_mask(docs, causal=causal, dtype=collate.mask_dtype)
+        window = getattr(collate, "sliding_window", None)
+        if window is not None:  # (one mask per layer kind, as the collator makes them)
+            local = document_mask(docs, causal=causal, dtype=collate.mask_dtype, window=window)
+            batch["attention_mask"] = {
+                "full_attention": batch["attention_mask"],
+                "sliding_attention": local,
+            }
     elif attention == "flash":
         cu = torch.tensor([0, 3, 6, 9, 12], dtype=torch.int32)
         batch["cu_seq_lens_q"] = batch["cu_seq_lens_k"] = cu

@@ -4,7 +4,8 @@
 over the length histogram, fitted once by :class:`PackSpec`, dealt afresh each epoch by
 :func:`plan_pack_epoch`) and yields batches of ``B`` rows; :class:`PackCollator` lays a batch out
 as ``input_ids``, ``labels`` (-100 at every document start), ``position_ids`` restarting per
-document, ``document_ids`` and fixed-size ``cu_seqlens``; :mod:`bucketloader.pack.masks` turns
+document, ``document_ids`` and fixed-size ``cu_seqlens`` (or, with :class:`MLMMasking`, masked-LM
+``input_ids`` and ``labels``, masked per document); :mod:`bucketloader.pack.masks` turns
 ``document_ids`` into SDPA / eager masks and flex-attention block masks;
 :class:`SplitDataset` cuts documents longer than a row into pieces first. The packing stream,
 :class:`~bucketloader.stream.PackIterable`, lives with the other stream in
@@ -14,12 +15,14 @@ document, ``document_ids`` and fixed-size ``cu_seqlens``; :mod:`bucketloader.pac
 from bucketloader.pack.collator import IGNORE_INDEX, PackCollator
 from bucketloader.pack.epoch import PackPlan, plan_pack_epoch
 from bucketloader.pack.masks import document_block_mask, document_mask, document_mask_mod
+from bucketloader.pack.mlm import MLMMasking
 from bucketloader.pack.sampler import PackSampler
 from bucketloader.pack.spec import PackSpec, PackTable
 from bucketloader.pack.split import SplitDataset
 
 __all__ = [
     "IGNORE_INDEX",
+    "MLMMasking",
     "PackCollator",
     "PackPlan",
     "PackSampler",

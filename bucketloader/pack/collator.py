@@ -83,6 +83,21 @@ packing that models detect from ``position_ids`` is unchanged. The model's table
 ``s + L`` positions for a segment of ``L`` tokens (RoBERTa's 514 rows: 512 tokens from 2).
 :class:`~bucketloader.hf.BucketTrainer` checks the value against the model's table (NOTE
 [ Models that mix packed documents ] in :mod:`bucketloader.hf.trainer`).
+
+NOTE [ The epoch a masking collator reads ]
+With ``mlm=`` the masks are a function of ``(seed, epoch, document)`` (NOTE [ Masked-LM masking
+of packed rows ] in :mod:`bucketloader.pack.mlm`), and the collator runs where the DataLoader
+collates: in its workers, which hold a copy of it pickled when the loader's iterator started
+(persistent workers: when the first one did). An epoch kept as a plain int would be that copy's
+forever. So the epoch is a one-element int64 tensor in shared memory, which fork and spawn
+workers both map rather than copy, and the sampler that built the collator
+(``PackSampler.collator(mlm=...)``) shares its own with it and writes its epoch there when a
+pass starts, after any auto-advance or resume has fixed the epoch and before it hands out the
+pass's first batch: every batch of that pass reaches a worker after the write. A packing stream
+(``PackIterable.collator(mlm=...)``) writes it when its pass starts, in the process that
+iterates it, where the DataLoader also collates its batches. A collator built directly follows
+``collator.set_epoch(epoch)``. (A plain ``pickle`` copy, outside a DataLoader,
+holds a copy of the value.)
 """
 
 from __future__ import annotations
@@ -110,6 +125,7 @@ from bucketloader._validation import (
     checks_options,
     exact_int64,
 )
+from bucketloader.pack.mlm import MLMMasking
 from bucketloader.pack.spec import PackTable
 
 __all__ = ["IGNORE_INDEX", "PackCollator"]
@@ -154,6 +170,10 @@ class PackCollator:
         position_ids_start: the first position of every document (and padding run): 0, or
             ``padding_idx + 1`` for RoBERTa-like models (NOTE [ Positions after a padding
             index ]).
+        mlm: an :class:`~bucketloader.pack.MLMMasking` for masked-LM rows: ``input_ids``
+            masked per document and ``labels`` the original ids of the picked tokens, -100
+            elsewhere (NOTE [ Masked-LM masking of packed rows ] in :mod:`bucketloader.pack.mlm`);
+            give the model a bidirectional document mask (``document_mask(..., causal=False)``).
 
     Example:
         >>> table = PackTable(row_lengths=(6,), batch_sizes=(2,), max_documents=(4,))
@@ -183,6 +203,7 @@ class PackCollator:
         max_seqlen: int | str | None = None,
         seq_idx: bool = False,
         position_ids_start: int = 0,
+        mlm: MLMMasking | None = None,
     ) -> None:
         if not isinstance(table, PackTable):
             raise TypeError(
@@ -196,6 +217,26 @@ class PackCollator:
         self.max_seqlen = _check_max_seqlen(max_seqlen, table)
         self.seq_idx = check_bool("seq_idx", seq_idx)
         self.position_ids_start = check_int("position_ids_start", position_ids_start, minimum=0)
+        if mlm is not None and not isinstance(mlm, MLMMasking):
+            raise TypeError(
+                f"mlm must be None or an MLMMasking (MLMMasking.from_tokenizer(tokenizer)), got "
+                f"mlm={mlm!r}"
+            )
+        self.mlm = mlm
+        # (NOTE [ The epoch a masking collator reads ]: shared with the sampler that built it)
+        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_() if mlm else None
+
+    @property
+    def epoch(self) -> int:
+        """The epoch whose masks the collator draws (``mlm=``; 0 without it)."""
+        return 0 if self._epoch is None else int(self._epoch[0])
+
+    def set_epoch(self, epoch: int) -> None:
+        """Draw epoch ``epoch``'s masks next (``mlm=``; a sampler's collator follows the
+        sampler's epoch by itself: NOTE [ The epoch a masking collator reads ])."""
+        epoch = check_int("epoch", epoch, minimum=0)
+        if self._epoch is not None:
+            self._epoch[0] = epoch
 
     @property
     def shapes(self) -> list[tuple[int, int]]:
@@ -288,6 +329,12 @@ class PackCollator:
                 rows, width = planned
                 return self._layout(([], set()), None, [], [], rows, width, shape)
         typed_ids, typed_labels = self._tokens(samples)
+        if typed_labels is not None and self.mlm is not None:
+            raise ValueError(
+                f"the samples carry their own labels ({self.labels_key!r}), but a masked-LM "
+                "collator (mlm=...) makes the labels itself (the masked tokens); drop that field, "
+                "or pass labels_key=None to ignore it"
+            )
         try:
             ids, lens, id_kinds = _flat(*typed_ids)
             flat_labels = None if typed_labels is None else _flat(*typed_labels)
@@ -401,6 +448,11 @@ class PackCollator:
             out_lab = out_lab.reshape(rows, width)
             flat_lab = out_lab.reshape(-1)
         flat_lab[doc_starts] = IGNORE_INDEX
+        if self.mlm is not None:  # (NOTE [ Masked-LM masking of packed rows ] in pack.mlm)
+            flat_ids, flat_lab = self.mlm.apply(
+                out_ids.reshape(-1), starts[is_doc], seg[is_doc], epoch=self.epoch
+            )
+            out_ids, out_lab = flat_ids.reshape(rows, width), flat_lab.reshape(rows, width)
         positions = np.repeat(starts, seg_tokens)
         np.subtract(_arange(size), positions, out=positions)
         if self.position_ids_start:
@@ -429,7 +481,7 @@ class PackCollator:
             f"PackCollator(shapes={self.shapes}, key={self.key!r}, labels_key="
             f"{self.labels_key!r}, pad_token_id={self.pad_token_id}, max_seqlen="
             f"{self.max_seqlen!r}, seq_idx={self.seq_idx}, position_ids_start="
-            f"{self.position_ids_start})"
+            f"{self.position_ids_start}{f', mlm={self.mlm!r}' if self.mlm else ''})"
         )
 
 

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from bucketloader._validation import check_int
+
 __all__ = ["document_block_mask", "document_mask", "document_mask_mod"]
 
 
@@ -43,7 +45,11 @@ def _check(document_ids: Any) -> torch.Tensor:
 
 
 def document_mask(
-    document_ids: torch.Tensor, *, causal: bool = True, dtype: torch.dtype = torch.bool
+    document_ids: torch.Tensor,
+    *,
+    causal: bool = True,
+    dtype: torch.dtype = torch.bool,
+    window: int | None = None,
 ) -> torch.Tensor:
     """The ``(B, 1, L, L)`` attention mask of packed rows: same document (and causal).
 
@@ -53,17 +59,31 @@ def document_mask(
         dtype: ``torch.bool`` (True = attend: ``scaled_dot_product_attention``'s
             ``attn_mask``), or a float dtype for an additive mask (0 where attended, the
             dtype's minimum elsewhere: Hugging Face eager attention).
+        window: the mask of a sliding-window layer of ``config.sliding_window``, as
+            transformers builds it: key ``j`` within ``0 <= i - j < window`` of query ``i``
+            (causal: Gemma, Mistral), or ``|i - j| <= window`` with ``causal=False``
+            (ModernBERT, whose ``sliding_window`` is half its ``local_attention``). A 4-D mask
+            is used as given by every layer, so a model with such layers takes one per kind:
+            NOTE [ Sliding-window layers in packed rows ] in :mod:`bucketloader.hf.packing`.
 
     Example:
         >>> ids = torch.tensor([[0, 0, 1, -1]])
         >>> document_mask(ids)[0, 0].int().tolist()
         [[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
+        >>> document_mask(torch.tensor([[0, 0, 0]]), causal=False, window=1)[0, 0].int().tolist()
+        [[1, 1, 0], [1, 1, 1], [0, 1, 1]]
     """
     ids = _check(document_ids)
+    if window is not None:
+        window = check_int("window", window, minimum=1)
     mask = ids[:, :, None] == ids[:, None, :]
+    n = ids.shape[1]
     if causal:
-        n = ids.shape[1]
         mask &= torch.ones(n, n, dtype=torch.bool, device=ids.device).tril()
+    if window is not None:
+        pos = torch.arange(n, device=ids.device)
+        apart = pos[:, None] - pos[None, :]
+        mask &= apart < window if causal else apart.abs() <= window
     mask = mask[:, None]
     if dtype == torch.bool:
         return mask

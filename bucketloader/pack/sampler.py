@@ -118,6 +118,8 @@ class PackSampler(EpochSampler):
                     )
                 )
             self.spec: PackSpec = spec_or_build(lengths, spec_options, PackSpec)
+            # (the epoch its masking collators draw: NOTE [ The epoch a masking collator reads ])
+            self._mlm_epoch: Any = None  # (a shared int64 tensor, once one is built)
             super().__init__(shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
             self.balance = check_bool("balance", balance) and self.num_replicas > 1
             if balance and not self.balance:
@@ -156,7 +158,19 @@ class PackSampler(EpochSampler):
         from bucketloader.pack.collator import PackCollator
 
         check_collator_options(f"{type(self).__name__}.collator()", PackCollator, kwargs)
-        return PackCollator(self.table, **kwargs)
+        collator = PackCollator(self.table, **kwargs)
+        if collator._epoch is not None:  # (NOTE [ The epoch a masking collator reads ])
+            if self._mlm_epoch is None:
+                self._mlm_epoch = collator._epoch
+                self._mlm_epoch[0] = self.epoch
+            collator._epoch = self._mlm_epoch
+        return collator
+
+    def _pass_starts(self) -> None:
+        """Masking collators draw this pass's epoch (NOTE [ The epoch a masking collator
+        reads ] in :mod:`bucketloader.pack.collator`)."""
+        if self._mlm_epoch is not None:
+            self._mlm_epoch[0] = self.epoch
 
     # -- the epoch plan (EpochSampler does the rest) ------------------------------------------
     def _make_plan(self, epoch: int) -> PackPlan:

@@ -249,7 +249,17 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         from bucketloader.pack.collator import PackCollator
 
         check_collator_options(f"{type(self).__name__}.collator()", PackCollator, kwargs)
-        return PackCollator(self.table, **kwargs)
+        collator = PackCollator(self.table, **kwargs)
+        if collator._epoch is not None:  # (NOTE [ The epoch a masking collator reads ])
+            if self._mlm_epoch is None:
+                self._mlm_epoch = collator._epoch
+                self._mlm_epoch[0] = self.epoch
+            collator._epoch = self._mlm_epoch
+        return collator
+
+    #: The epoch its masking collators draw (a shared int64 tensor once one is built), written
+    #: when a pass starts, in the process that iterates (a DataLoader worker collates there).
+    _mlm_epoch: Any = None
 
     def _pass_config(self) -> PackConfig:
         return PackConfig(
@@ -273,6 +283,8 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
 
     # -- iteration --------------------------------------------------------------------------
     def _new_engine(self, worker: tuple[int, int], skip: int) -> RowPass:
+        if self._mlm_epoch is not None:  # (the pass's epoch is settled: resumed or followed)
+            self._mlm_epoch[0] = self.epoch
         return RowPass(self._pass_config(), self.epoch, worker, skip=skip)
 
     @property
