@@ -256,3 +256,51 @@ def test_replay_behind_workers_refuses_a_changed_source_under_full_packed_rows()
     changed.load_state_dict(state)
     with pytest.raises(ValueError, match=REPLAYED):
         list(_loader(changed))
+
+
+@pytest.mark.parametrize("name", ["bucket", "pack"])
+def test_a_state_saved_over_a_source_with_a_length_is_refused_over_one_without(name):
+    # s31-user2: such a state records only the length (no digest, no traces), so over a source
+    # without one it resumed unchecked: one sample inserted at the front trained 26 twice and 26
+    # never; behind workers a datasets.Dataset's state over its .to_iterable_dataset() (same
+    # rows, split between the workers by shard) trained 35 twice and 35 never
+    make = MAKERS[name]
+    rows = list(Src(LENGTHS))
+    whole = _ids(make(rows))
+    head, exact = _head(make(rows), 20)
+    first = make(rows)
+    it = iter(_loader(first))
+    next(it), next(it)
+    del it
+    replay = json.loads(json.dumps(first.state_dict(batches_consumed=2)))
+    for state in (exact, replay):
+        assert "samples" in state["config"] and "lengths" not in state
+        for source in (Src(LENGTHS), Src([5, *LENGTHS])):
+            with pytest.raises(ValueError, match="source has no length") as err:
+                make(source).load_state_dict(state)
+            said = str(err.value)
+            assert "600 samples" in said and "not its .to_iterable_dataset()" in said
+            assert "set_epoch(" in said
+    again = make(rows)  # over the source it was saved over: exact, as before
+    again.load_state_dict(exact)
+    assert head + _ids(again) == whole
+
+
+@pytest.mark.parametrize("name", ["bucket", "pack"])
+def test_a_replay_state_saved_without_a_length_is_checked_over_a_source_with_one(name):
+    # its traces were not compared there (the resumed pass kept none, its source having a
+    # length): a moved source replayed silently; now the resumed pass keeps a trace for them
+    make = MAKERS[name]
+    first = make(Src(LENGTHS))
+    it = iter(_loader(first))
+    head = _ids(next(it) for _ in range(21))
+    del it
+    state = json.loads(json.dumps(first.state_dict(batches_consumed=21)))
+    assert "samples" not in state["config"] and all(isinstance(t, str) for t in state["lengths"])
+    again = make(list(Src(LENGTHS)))
+    again.load_state_dict(state)
+    assert head + _ids(_loader(again)) == _ids(_loader(make(Src(LENGTHS))))
+    changed = make(list(Src(MOVED)))
+    changed.load_state_dict(state)
+    with pytest.raises(ValueError, match=REPLAYED):
+        list(_loader(changed))
