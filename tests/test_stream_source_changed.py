@@ -304,3 +304,38 @@ def test_a_replay_state_saved_without_a_length_is_checked_over_a_source_with_one
     changed.load_state_dict(state)
     with pytest.raises(ValueError, match=REPLAYED):
         list(_loader(changed))
+
+
+def test_a_refused_resume_behind_workers_frees_the_loader_iterator_at_once():
+    # NOTE [ A refused resume behind DataLoader workers ]: torch re-raised it from a local, a
+    # reference cycle that kept the iterator to a later collection, which shut its workers down
+    # in 10 s (5 s each, their queues finalised first) or, in a DataLoader's forked workers,
+    # printed "can only test a child process"; now it goes when the except block ends
+    import gc
+    import weakref
+
+    from bucketloader.stream.counters import RefusedResume
+
+    first = MAKERS["bucket"](Src(LENGTHS))
+    it = iter(_loader(first))
+    for _ in range(10):
+        next(it)
+    del it
+    state = json.loads(json.dumps(first.state_dict(batches_consumed=10)))
+    changed = MAKERS["bucket"](Src(MOVED))
+    changed.load_state_dict(state)
+    gc.collect()
+    gc.disable()
+    try:
+        it = iter(_loader(changed))
+        ref = weakref.ref(it)
+        try:
+            next(it)
+        except RefusedResume as err:
+            assert REPLAYED in str(err)
+        else:
+            raise AssertionError("the changed source was not refused")
+        del it
+        assert ref() is None, "the iterator outlived the except block (a reference cycle)"
+    finally:
+        gc.enable()
