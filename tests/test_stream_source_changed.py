@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 
 import numpy as np
@@ -302,8 +303,9 @@ def test_a_replay_state_saved_without_a_length_is_checked_over_a_source_with_one
     assert head + _ids(_loader(again)) == _ids(_loader(make(Src(LENGTHS))))
     changed = make(list(Src(MOVED)))
     changed.load_state_dict(state)
-    with pytest.raises(ValueError, match=REPLAYED):
+    with pytest.raises(ValueError, match=REPLAYED) as err:
         list(_loader(changed))
+    assert "a source of another kind than the one it was saved over" in str(err.value)
 
 
 def test_a_refused_resume_behind_workers_frees_the_loader_iterator_at_once():
@@ -339,3 +341,38 @@ def test_a_refused_resume_behind_workers_frees_the_loader_iterator_at_once():
         assert ref() is None, "the iterator outlived the except block (a reference cycle)"
     finally:
         gc.enable()
+
+
+def test_the_two_refusals_of_a_changed_source_say_the_same_after_naming_their_digest():
+    # s31-tidyA: the length digest's and the replay trace's refusals were two near-copies; one
+    # helper now builds both: each names its check and the two digests, then the same causes,
+    # harm and ways on
+    _, exact = _head(MAKERS["bucket"](Src(LENGTHS)), 20)
+    resumed = MAKERS["bucket"](Src(MOVED))
+    resumed.load_state_dict(exact)
+    with pytest.raises(ValueError, match=CHANGED) as by_digest:
+        list(resumed)
+    first = MAKERS["bucket"](Src(LENGTHS))
+    it = iter(_loader(first))
+    for _ in range(21):
+        next(it)
+    del it
+    replay = json.loads(json.dumps(first.state_dict(batches_consumed=21)))
+    resumed = MAKERS["bucket"](Src(MOVED))
+    resumed.load_state_dict(replay)
+    with pytest.raises(ValueError, match=REPLAYED) as by_trace:
+        list(_loader(resumed))
+    digest, trace = str(by_digest.value), str(by_trace.value).splitlines()[-1]
+    assert re.search(r"\(length digest [0-9a-f]{16}, the state's [0-9a-f]{16}\)\. ", digest)
+    assert re.search(r"\(replay trace [0-9a-f]{10}, the state's [0-9a-f]{10}\)\. ", trace)
+    common = digest[digest.index(". The source gives other samples") :]
+    assert trace.endswith(common), (digest, trace)
+    for said in (
+        "inserted, removed or reordered",
+        "reads differently each time",
+        "seed any random transform",
+        "stream.set_epoch(0)",
+        "stream.set_epoch(1)",
+        "caught at load_state_dict",
+    ):
+        assert said in common
