@@ -376,3 +376,47 @@ def test_the_two_refusals_of_a_changed_source_say_the_same_after_naming_their_di
         "caught at load_state_dict",
     ):
         assert said in common
+
+
+@pytest.mark.parametrize("make", [_bucket, _pack], ids=["bucket", "pack"])
+def test_a_replay_state_after_a_worker_checkpoint_resume_is_still_checked(make, tmp_path):
+    # s31-stream: a worker resumed from its checkpoint (an exact state) knew no trace, so every
+    # later replay state recorded None for it and its resume was not checked; an exact state
+    # now records its pass's trace, which the resumed pass goes on from
+    datasets = pytest.importorskip("datasets")
+
+    def source(lengths):
+        rows = {"id": list(range(len(lengths))), "input_ids": [[1] * n for n in lengths]}
+        return datasets.Dataset.from_dict(rows).to_iterable_dataset(num_shards=4)
+
+    whole = _ids(_loader(make(source(LENGTHS))))
+    first = make(source(LENGTHS), checkpoint_dir=tmp_path)
+    it = iter(_loader(first))
+    k = 40  # even: HF shards itself by worker id
+    head = _ids(next(it) for _ in range(k))
+    del it
+    state = json.loads(json.dumps(first.state_dict(batches_consumed=k)))
+    assert all(x is not None and isinstance(x["trace"], int) for x in state["lanes"])
+    second = make(source(LENGTHS), checkpoint_dir=tmp_path)
+    second.load_state_dict(state)
+    it = iter(_loader(second))
+    head += _ids(next(it) for _ in range(6))
+    del it
+    later = json.loads(json.dumps(second.state_dict(batches_consumed=k + 6)))
+    assert all(isinstance(t, str) for t in later["lengths"]), later["lengths"]
+    later.pop("lanes", None)  # (a replay from the epoch's start, checked by the traces alone)
+    again = make(source(LENGTHS))
+    again.load_state_dict(later)
+    assert head + _ids(_loader(again)) == whole
+    changed = make(source(MOVED))
+    changed.load_state_dict(later)
+    with pytest.raises(ValueError, match=REPLAYED):
+        list(_loader(changed))
+
+
+def test_an_edited_trace_key_is_refused_at_load():
+    _, state = _head(MAKERS["bucket"](Src(LENGTHS)), 5)
+    assert isinstance(state["trace"], int)
+    for bad in (-1, 2**61 - 1, True, "0a", 1.5):
+        with pytest.raises(ValueError, match=r"state\['trace'\] must be its pass's trace"):
+            MAKERS["bucket"](Src(LENGTHS)).load_state_dict({**state, "trace": bad})

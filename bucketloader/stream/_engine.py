@@ -45,7 +45,7 @@ LEFT_OUT_KEYS = ("too_short", "too_long", "oversize", "overflow_dropped")
 
 #: The modulus of a pass's trace (a Mersenne prime; NOTE [ A replay over a source without a
 #: length ]).
-_TRACE_MOD = (1 << 61) - 1
+TRACE_MOD = (1 << 61) - 1
 
 
 def trace_hex(trace: int) -> str:
@@ -194,10 +194,10 @@ class Pass:
         (NOTE [ A replay over a source without a length ])."""
         if self.trace is None:
             return
-        trace = (self.trace * 1_000_003 + real * 65_537 + rows + 1) % _TRACE_MOD
+        trace = (self.trace * 1_000_003 + real * 65_537 + rows + 1) % TRACE_MOD
         if parts:  # one hash in C (a Python loop over 200 documents took 36 us a batch, this 8)
             digest = hashlib.blake2b(array("q", parts).tobytes(), digest_size=7).digest()
-            trace = (trace * 1_000_003 + int.from_bytes(digest, "little")) % _TRACE_MOD
+            trace = (trace * 1_000_003 + int.from_bytes(digest, "little")) % TRACE_MOD
         self.trace = trace
 
     def lane_steps(self) -> int:
@@ -326,7 +326,10 @@ class Pass:
         ``int64``), and a replay state over a source that records neither its length nor its files
         records, per worker, the trace after the batches it skips (``"lengths"``; ``None`` where the
         loop lagged that worker by more than ``TRACE_KEPT`` batches, or where the worker resumed
-        from an exact state, whose pass knows no trace). The resumed worker compares its own trace
+        from an exact state saved before s32, whose pass knows no trace; an exact state records
+        its pass's trace, ``"trace"``, which the resumed pass goes on from: s31-stream left a
+        worker resumed from its checkpoint unchecked by every later replay state). The resumed
+        worker compares its own trace
         once it made those batches again, and refuses another (or a pass that ends before them)
         before it hands out a batch: the error reaches the training loop through the DataLoader. It
         catches what changes the batches' sizes up to the resume point (a sample inserted, removed,
@@ -413,6 +416,8 @@ class Pass:
         }
         if self.checks_lengths:  # NOTE [ A stream state over a source without a length ]
             out["lengths"] = lengths_digest(*self._held_lengths())
+            if self.trace is not None:  # NOTE [ A replay over a source without a length ]
+                out["trace"] = self.trace
         return out
 
     @property
@@ -449,7 +454,10 @@ class Pass:
         start, src_state = int(state["source"]["position"]), state["source"]["state"]
         read = int(state["read"])
         wanted = self._wanted(state)
-        self.trace = None  # (the batches before the state are not made again)
+        # (the batches before the state are not made again: the trace goes on from the state's,
+        # unknown where it records none)
+        saved = state.get("trace")
+        self.trace = int(saved) if self.traced and saved is not None else None
         if self.o.seekable:
             order = sorted(wanted)
             for pos, sample in zip(order, fetch(self.o.source, self.worker, order), strict=True):

@@ -143,7 +143,7 @@ import torch.utils.data
 from bucketloader._files import NotAFile, write_atomic
 from bucketloader._validation import a_kind, check_int, not_a_state, stream_of
 from bucketloader.plan.report import FILL_TIMES, FILL_WARNING, LOSS_WARNING, DataLossWarning
-from bucketloader.stream._engine import checks_lengths, trace_hex
+from bucketloader.stream._engine import TRACE_MOD, checks_lengths, trace_hex
 from bucketloader.stream.counters import MAX_LANES, LaneCounters, finished
 from bucketloader.stream.source import is_stateful, open_source, self_sharding
 
@@ -554,6 +554,14 @@ def check_state(
                 f"state['lengths'] must be the digest (16 hex digits) of the lengths of the "
                 f"samples it holds, got {digest!r:.120}; pass a dict from {owner}.state_dict(), "
                 "unedited"
+            )
+        trace = state.get("trace")  # NOTE [ A replay over a source without a length ]
+        if trace is not None and not (
+            isinstance(trace, int) and not isinstance(trace, bool) and 0 <= trace < TRACE_MOD
+        ):
+            raise ValueError(
+                f"state['trace'] must be its pass's trace (an int >= 0 and < 2**61 - 1), got "
+                f"{trace!r:.120}; pass a dict from {owner}.state_dict(), unedited"
             )
 
 
