@@ -16,6 +16,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from bucketloader.stream import BucketIterable, PackIterable
+from bucketloader.stream.counters import RefusedResume
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -133,7 +134,7 @@ def test_a_source_that_now_ends_before_a_held_sample_is_still_refused(name):
     _, state = _head(make(Src(LENGTHS)), 30)
     resumed = make(Src(LENGTHS[: state["read"] - 1]))
     resumed.load_state_dict(state)
-    with pytest.raises(ValueError, match="the source ended at sample"):
+    with pytest.raises(RefusedResume, match="the source ended at sample"):  # (s32: its type)
         list(resumed)
 
 
@@ -315,8 +316,6 @@ def test_a_refused_resume_behind_workers_frees_the_loader_iterator_at_once():
     # printed "can only test a child process"; now it goes when the except block ends
     import gc
     import weakref
-
-    from bucketloader.stream.counters import RefusedResume
 
     first = MAKERS["bucket"](Src(LENGTHS))
     it = iter(_loader(first))
