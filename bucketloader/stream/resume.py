@@ -1270,14 +1270,15 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         """Resume the next ``iter()`` exactly where ``state`` was taken (strict checks)."""
         owner = type(self).__name__
         check_state(state, owner=owner, keys=self.STATE_KEYS, replay_format=self.REPLAY_FORMAT)
-        check_config(state, self._config(), owner=owner, versions=self.VERSION_KEYS)
-        self._check_versions(state)
-        if self._one_shot():
+        if self._one_shot():  # (first: no state resumes over it; s32, before the refusal of
+            # a state saved over a source with a length, which a one-shot iterator lacks)
             raise ValueError(
                 "cannot resume a one-shot iterator (it cannot be read again from the start); "
                 "pass a re-iterable source: a list, a Dataset, or an object whose __iter__ "
                 "returns a fresh iterator"
             )
+        check_config(state, self._config(), owner=owner, versions=self.VERSION_KEYS)
+        self._check_versions(state)
         if state["format"] == self.STATE_FORMAT:
             if state["source"]["state"] is not None and not is_stateful(self.source):
                 raise ValueError("state holds a source state_dict but the source cannot load one")
