@@ -218,6 +218,50 @@ def test_samples_of_length_0_are_warned_about_by_report_and_precompute(tmp_path,
     assert "length 0" not in capsys.readouterr().out
 
 
+def test_the_json_outputs_carry_the_length_0_warning(tmp_path, capsys):
+    """s31-user2: `report --json` (and `precompute --json`) wrote no word of samples of length 0,
+    which the text prints as a warning: a script reading the JSON did not learn of them. Each
+    JSON now has "zero_length": {"count", "message"} (the printed warning; None for none)."""
+    import json
+
+    from bucketloader.cli.main import main
+
+    data = tmp_path / "zeros.tsv"
+    data.write_text("src\ttgt\n0\t3\n0\t4\n5\t0\n6\t2\n7\t3\n")
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    out = str(tmp_path / "out.json")
+    for argv, count in (
+        (["report", str(data), "--column", "src", "-k", "2"], 2),
+        (["precompute", str(data), "--column", "tgt", "-k", "2", *cache], 1),
+        (
+            [
+                "precompute",
+                str(data),
+                "--column",
+                "src,tgt",
+                "--max-shapes",
+                "2",
+                "--batch-size",
+                "2",
+                *cache,
+            ],
+            3,
+        ),
+    ):
+        assert main([*argv, "--json", out]) == 0
+        said = json.loads(Path(out).read_text())["zero_length"]
+        text = capsys.readouterr()
+        assert said["count"] == count, argv
+        assert said["message"].startswith(f"{count} of 5 samples of length 0: each is"), argv
+        assert said["message"] in text.out + text.err, argv  # (the words the text prints)
+    data = tmp_path / "none.txt"
+    data.write_text("4\n5\n6\n7\n")
+    for argv in (["report", str(data), "-k", "2"], ["precompute", str(data), "-k", "2", *cache]):
+        assert main([*argv, "--json", out]) == 0
+        assert json.loads(Path(out).read_text())["zero_length"] == {"count": 0, "message": None}
+    capsys.readouterr()
+
+
 def test_precompute_a_joint_plan_that_the_sampler_reads(tmp_path, capsys):
     """s27: a joint plan (source and target lengths, K cells) was precomputed only from Python;
     `--column src,tgt --max-shapes K` solves and stores what BucketSampler(pairs,

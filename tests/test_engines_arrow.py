@@ -655,6 +655,31 @@ def test_a_stream_state_is_refused_over_other_files(tmp_path, kind):
         _lengths_stream([{"ids": [1]}] * 120, kind).load_state_dict(state)
 
 
+@pytest.mark.parametrize("kind", ["bucket", "pack"])
+def test_a_list_state_over_parquet_files_compares_their_rows(tmp_path, kind):
+    """s32: a state saved over a list records its length, and ArrowRows over Parquet files
+    records its files instead, so the length was compared with nothing: one row inserted at the
+    front resumed silently (26 samples twice and 26 never, r5). The files' rows count as the
+    length; the same rows resume exactly."""
+    from bucketloader.stream.arrow import ArrowRows
+
+    root = _train_dir(tmp_path / "train")
+    rows = list(ArrowRows(root))
+    stream = _lengths_stream(rows, kind)
+    it = iter(stream)
+    for _ in range(3):
+        next(it)
+    state = stream.state_dict()
+    rest = _flat(it)
+    assert state["config"]["samples"] == 120
+    same = _lengths_stream(ArrowRows(root), kind)
+    same.load_state_dict(state)
+    assert _flat(same) == rest
+    pq.write_table(pa.table({"ids": [[5] * 3]}), root / "part-0-first.parquet")
+    with pytest.raises(ValueError, match=r"^state was saved over a source of 120 samples, but"):
+        _lengths_stream(ArrowRows(root), kind).load_state_dict(state)
+
+
 def test_a_state_saved_before_the_files_were_recorded(tmp_path):
     """A state without the record (saved before it existed) resumes where the directory has no
     file in a subfolder (the old rule read the same files), and is refused where one is."""

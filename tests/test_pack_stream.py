@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bucketloader.stream import PackIterable
+from bucketloader.stream.counters import RefusedResume
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -363,7 +364,7 @@ def test_a_replay_into_a_tail_packed_by_another_solver_version_is_refused(gsm8k,
     monkeypatch.setattr(_rows, "pack_rows", lambda *a: pack_rows(*a)[::-1])
     monkeypatch.setattr(_rows, "SOLVER_VERSION", version + 1, raising=False)
     with pytest.raises(
-        ValueError,
+        RefusedResume,  # (s32: every refused resume is one: no reference cycle behind workers)
         match=rf"saved by solver version {version}, and this one packs with solver version "
         rf"{version + 1}; the resumed pass of worker 0 must skip 1 of the \d+ batches it packs "
         r"from the tail .* into other rows .* start the next epoch",

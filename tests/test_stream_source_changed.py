@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from bucketloader.stream import BucketIterable, PackIterable
+from bucketloader.stream.counters import RefusedResume
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -132,7 +134,7 @@ def test_a_source_that_now_ends_before_a_held_sample_is_still_refused(name):
     _, state = _head(make(Src(LENGTHS)), 30)
     resumed = make(Src(LENGTHS[: state["read"] - 1]))
     resumed.load_state_dict(state)
-    with pytest.raises(ValueError, match="the source ended at sample"):
+    with pytest.raises(RefusedResume, match="the source ended at sample"):  # (s32: its type)
         list(resumed)
 
 
@@ -256,3 +258,164 @@ def test_replay_behind_workers_refuses_a_changed_source_under_full_packed_rows()
     changed.load_state_dict(state)
     with pytest.raises(ValueError, match=REPLAYED):
         list(_loader(changed))
+
+
+@pytest.mark.parametrize("name", ["bucket", "pack"])
+def test_a_state_saved_over_a_source_with_a_length_is_refused_over_one_without(name):
+    # s31-user2: such a state records only the length (no digest, no traces), so over a source
+    # without one it resumed unchecked: one sample inserted at the front trained 26 twice and 26
+    # never; behind workers a datasets.Dataset's state over its .to_iterable_dataset() (same
+    # rows, split between the workers by shard) trained 35 twice and 35 never
+    make = MAKERS[name]
+    rows = list(Src(LENGTHS))
+    whole = _ids(make(rows))
+    head, exact = _head(make(rows), 20)
+    first = make(rows)
+    it = iter(_loader(first))
+    next(it), next(it)
+    del it
+    replay = json.loads(json.dumps(first.state_dict(batches_consumed=2)))
+    for state in (exact, replay):
+        assert "samples" in state["config"] and "lengths" not in state
+        for source in (Src(LENGTHS), Src([5, *LENGTHS])):
+            with pytest.raises(ValueError, match="source has no length") as err:
+                make(source).load_state_dict(state)
+            said = str(err.value)
+            assert "600 samples" in said and "not its .to_iterable_dataset()" in said
+            assert "set_epoch(" in said
+    again = make(rows)  # over the source it was saved over: exact, as before
+    again.load_state_dict(exact)
+    assert head + _ids(again) == whole
+
+
+@pytest.mark.parametrize("name", ["bucket", "pack"])
+def test_a_replay_state_saved_without_a_length_is_checked_over_a_source_with_one(name):
+    # its traces were not compared there (the resumed pass kept none, its source having a
+    # length): a moved source replayed silently; now the resumed pass keeps a trace for them
+    make = MAKERS[name]
+    first = make(Src(LENGTHS))
+    it = iter(_loader(first))
+    head = _ids(next(it) for _ in range(21))
+    del it
+    state = json.loads(json.dumps(first.state_dict(batches_consumed=21)))
+    assert "samples" not in state["config"] and all(isinstance(t, str) for t in state["lengths"])
+    again = make(list(Src(LENGTHS)))
+    again.load_state_dict(state)
+    assert head + _ids(_loader(again)) == _ids(_loader(make(Src(LENGTHS))))
+    changed = make(list(Src(MOVED)))
+    changed.load_state_dict(state)
+    with pytest.raises(ValueError, match=REPLAYED) as err:
+        list(_loader(changed))
+    assert "a source of another kind than the one it was saved over" in str(err.value)
+
+
+def test_a_refused_resume_behind_workers_frees_the_loader_iterator_at_once():
+    # NOTE [ A refused resume behind DataLoader workers ]: torch re-raised it from a local, a
+    # reference cycle that kept the iterator to a later collection, which shut its workers down
+    # in 10 s (5 s each, their queues finalised first) or, in a DataLoader's forked workers,
+    # printed "can only test a child process"; now it goes when the except block ends
+    import gc
+    import weakref
+
+    first = MAKERS["bucket"](Src(LENGTHS))
+    it = iter(_loader(first))
+    for _ in range(10):
+        next(it)
+    del it
+    state = json.loads(json.dumps(first.state_dict(batches_consumed=10)))
+    changed = MAKERS["bucket"](Src(MOVED))
+    changed.load_state_dict(state)
+    gc.collect()
+    gc.disable()
+    try:
+        it = iter(_loader(changed))
+        ref = weakref.ref(it)
+        try:
+            next(it)
+        except RefusedResume as err:
+            assert REPLAYED in str(err)
+        else:
+            raise AssertionError("the changed source was not refused")
+        del it
+        assert ref() is None, "the iterator outlived the except block (a reference cycle)"
+    finally:
+        gc.enable()
+
+
+def test_the_two_refusals_of_a_changed_source_say_the_same_after_naming_their_digest():
+    # s31-tidyA: the length digest's and the replay trace's refusals were two near-copies; one
+    # helper now builds both: each names its check and the two digests, then the same causes,
+    # harm and ways on
+    _, exact = _head(MAKERS["bucket"](Src(LENGTHS)), 20)
+    resumed = MAKERS["bucket"](Src(MOVED))
+    resumed.load_state_dict(exact)
+    with pytest.raises(ValueError, match=CHANGED) as by_digest:
+        list(resumed)
+    first = MAKERS["bucket"](Src(LENGTHS))
+    it = iter(_loader(first))
+    for _ in range(21):
+        next(it)
+    del it
+    replay = json.loads(json.dumps(first.state_dict(batches_consumed=21)))
+    resumed = MAKERS["bucket"](Src(MOVED))
+    resumed.load_state_dict(replay)
+    with pytest.raises(ValueError, match=REPLAYED) as by_trace:
+        list(_loader(resumed))
+    digest, trace = str(by_digest.value), str(by_trace.value).splitlines()[-1]
+    assert re.search(r"\(length digest [0-9a-f]{16}, the state's [0-9a-f]{16}\)\. ", digest)
+    assert re.search(r"\(replay trace [0-9a-f]{10}, the state's [0-9a-f]{10}\)\. ", trace)
+    common = digest[digest.index(". The source gives other samples") :]
+    assert trace.endswith(common), (digest, trace)
+    for said in (
+        "inserted, removed or reordered",
+        "reads differently each time",
+        "seed any random transform",
+        "stream.set_epoch(0)",
+        "stream.set_epoch(1)",
+        "caught at load_state_dict",
+    ):
+        assert said in common
+
+
+@pytest.mark.parametrize("make", [_bucket, _pack], ids=["bucket", "pack"])
+def test_a_replay_state_after_a_worker_checkpoint_resume_is_still_checked(make, tmp_path):
+    # s31-stream: a worker resumed from its checkpoint (an exact state) knew no trace, so every
+    # later replay state recorded None for it and its resume was not checked; an exact state
+    # now records its pass's trace, which the resumed pass goes on from
+    datasets = pytest.importorskip("datasets")
+
+    def source(lengths):
+        rows = {"id": list(range(len(lengths))), "input_ids": [[1] * n for n in lengths]}
+        return datasets.Dataset.from_dict(rows).to_iterable_dataset(num_shards=4)
+
+    whole = _ids(_loader(make(source(LENGTHS))))
+    first = make(source(LENGTHS), checkpoint_dir=tmp_path)
+    it = iter(_loader(first))
+    k = 40  # even: HF shards itself by worker id
+    head = _ids(next(it) for _ in range(k))
+    del it
+    state = json.loads(json.dumps(first.state_dict(batches_consumed=k)))
+    assert all(x is not None and isinstance(x["trace"], int) for x in state["lanes"])
+    second = make(source(LENGTHS), checkpoint_dir=tmp_path)
+    second.load_state_dict(state)
+    it = iter(_loader(second))
+    head += _ids(next(it) for _ in range(6))
+    del it
+    later = json.loads(json.dumps(second.state_dict(batches_consumed=k + 6)))
+    assert all(isinstance(t, str) for t in later["lengths"]), later["lengths"]
+    later.pop("lanes", None)  # (a replay from the epoch's start, checked by the traces alone)
+    again = make(source(LENGTHS))
+    again.load_state_dict(later)
+    assert head + _ids(_loader(again)) == whole
+    changed = make(source(MOVED))
+    changed.load_state_dict(later)
+    with pytest.raises(ValueError, match=REPLAYED):
+        list(_loader(changed))
+
+
+def test_an_edited_trace_key_is_refused_at_load():
+    _, state = _head(MAKERS["bucket"](Src(LENGTHS)), 5)
+    assert isinstance(state["trace"], int)
+    for bad in (-1, 2**61 - 1, True, "0a", 1.5):
+        with pytest.raises(ValueError, match=r"state\['trace'\] must be its pass's trace"):
+            MAKERS["bucket"](Src(LENGTHS)).load_state_dict({**state, "trace": bad})

@@ -46,7 +46,7 @@ from bucketloader.analysis.recommend import (
     recommend_num_buckets,
 )
 from bucketloader.histogram import LengthHistogram
-from bucketloader.plan.limits import zero_lengths_note
+from bucketloader.plan.limits import zero_lengths_field, zero_lengths_note
 from bucketloader.strategies import STRATEGIES
 
 if TYPE_CHECKING:
@@ -112,7 +112,15 @@ class DynamicityReport:
     __str__ = summary
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable form."""
+        """A JSON-serialisable form (what ``bucketloader report --json`` writes). Its
+        ``"zero_length"`` is ``{"count": ..., "message": ...}``: the samples of length 0 and the
+        warning the text ends with (``None`` for none), or ``None`` without lengths
+        (:func:`~bucketloader.plan.limits.zero_lengths_field`).
+
+        Example:
+            >>> analyze([0, 3, 4], num_buckets=[1]).to_dict()["zero_length"]["count"]
+            1
+        """
         h = self.histogram
         return {
             "source": self.source,
@@ -140,6 +148,7 @@ class DynamicityReport:
                 name: [{"shape": list(s), "count": c} for s, c in counts.most_common()]
                 for name, counts in self.batch_shapes.items()
             },
+            "zero_length": None if h is None else zero_lengths_field(h),
         }
 
     def plot(self, path: str | Path, *, dpi: int = 130) -> Path:

@@ -647,7 +647,7 @@ def _precompute(args: argparse.Namespace) -> int:
     from bucketloader.cache import BucketCache, CacheWarning, default_cache_dir
     from bucketloader.histogram import LengthHistogram
     from bucketloader.plan.budget import BatchRule
-    from bucketloader.plan.limits import zero_lengths_note
+    from bucketloader.plan.limits import zero_lengths_field, zero_lengths_note
     from bucketloader.solve import resolve_params, solve_boundaries
     from bucketloader.strategies import resolve_strategy
 
@@ -737,6 +737,7 @@ def _precompute(args: argparse.Namespace) -> int:
             "solution": sol.to_dict(),
             "buckets": rows,
             "shapes": sorted({tuple(r["shape"]) for r in rows if r["shape"]}),
+            "zero_length": zero_lengths_field(hist),  # (the warning printed below)
         }
         _write_json("--json", args.json, out)
     print(f"{Path(args.file).name}: {hist.num_samples:,} lengths, {label}")
@@ -764,6 +765,18 @@ def _precompute(args: argparse.Namespace) -> int:
     return 0
 
 
+def _any_zero(table: dict[str, np.ndarray]) -> np.ndarray:
+    """Per sample of ``table`` (its columns' lengths), 0 where any of them is 0, else 1: what
+    ``zero_lengths_field`` counts, one byte a sample (no ``(N, D)`` copy of 100 M rows)."""
+    import numpy as np
+
+    columns = iter(table.values())
+    zero = np.asarray(next(columns)) == 0
+    for column in columns:
+        zero |= np.asarray(column) == 0
+    return (~zero).view(np.uint8)
+
+
 def _columns(column: str | None) -> list[str]:
     """``--column``'s names: ``"src,tgt"`` names two (a joint plan's inputs)."""
     if column is None or "," not in column:
@@ -786,6 +799,7 @@ def _precompute_joint(args: argparse.Namespace, columns: list[str]) -> int:
     from bucketloader._files import folder_blocker, os_reason
     from bucketloader._validation import check_folder, check_int
     from bucketloader.cache import BucketCache, CacheWarning, default_cache_dir
+    from bucketloader.plan.limits import zero_lengths_field
     from bucketloader.strategies.joint import Joint
 
     if args.max_shapes is None:
@@ -895,6 +909,7 @@ def _precompute_joint(args: argparse.Namespace, columns: list[str]) -> int:
             "cache_dir": str(directory) if stored else None,
             "joint": joint,
             "shapes": [list(s) for s in shapes],  # (one rank's sampler: its even rows)
+            "zero_length": zero_lengths_field(_any_zero(table)),
         }
         _write_json("--json", args.json, out)
     n = next(iter(counts.values()))

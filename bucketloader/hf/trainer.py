@@ -1082,11 +1082,13 @@ class _BucketMixin:
         if getattr(self.args, "dataloader_in_order", True) is False:
             # (s30-rev: ignored without a word; dataloader() refuses in_order=False for the
             # same reasons, but TrainingArguments are shared with other trainers)
-            warnings.warn(
+            warnings.warn(  # (s31-rev: "not used" held for its own loaders only)
                 f"{type(self).__name__}: TrainingArguments(dataloader_in_order=False) is not "
-                "used: its loaders hand the batches to the loop in the plan's order, which "
-                "Trainer's resume (it skips the first batches of the plan) and evaluation in "
-                "dataset order rely on; leave dataloader_in_order at True to silence this",
+                "used by its bucketed loaders: they hand the batches to the loop in the plan's "
+                "order, which Trainer's resume (it skips the first batches of the plan) and "
+                "evaluation in dataset order rely on (an eval or test dataset that is not a "
+                "datasets.Dataset goes through the Trainer's own loader, which does use it); "
+                "leave dataloader_in_order at True to silence this",
                 UserWarning,
                 stacklevel=4,
             )

@@ -229,16 +229,35 @@ def zero_lengths_note(lengths: Any) -> str | None:
         >>> zero_lengths_note([[3, 0], [4, 4]])[:27], zero_lengths_note([1, 2]) is None
         ('1 of 2 samples of length 0:', True)
     """
+    return zero_length_note(*_zero_count(lengths))
+
+
+def zero_lengths_field(lengths: Any) -> dict[str, Any]:
+    """The ``"zero_length"`` field of the JSON that :meth:`DynamicityReport.to_dict
+    <bucketloader.analysis.report.DynamicityReport.to_dict>` and ``bucketloader report`` /
+    ``precompute --json`` write (the text versions print :func:`zero_lengths_note` as a
+    ``warning:`` line; s32: a script reading the JSON did not learn of such samples):
+    ``{"count": <samples of length 0>, "message": <that warning, or None for none>}``.
+
+    Example:
+        >>> zero_lengths_field([0, 0, 5])["count"], zero_lengths_field([1, 2])
+        (2, {'count': 0, 'message': None})
+    """
+    count, total = _zero_count(lengths)
+    return {"count": count, "message": zero_length_note(count, total)}
+
+
+def _zero_count(lengths: Any) -> tuple[int, int]:
+    """``(samples of length 0, samples)`` of ``lengths`` as :func:`zero_lengths_note` reads
+    them (a sample counts when any of its lengths is 0)."""
     from bucketloader.histogram import JointHistogram, LengthHistogram
 
     if isinstance(lengths, LengthHistogram):
-        zero = int(lengths.counts[lengths.values == 0].sum())
-        return zero_length_note(zero, lengths.num_samples)
+        return int(lengths.counts[lengths.values == 0].sum()), lengths.num_samples
     if isinstance(lengths, JointHistogram):
-        zero = int(lengths.counts[(lengths.rows == 0).any(axis=1)].sum())
-        return zero_length_note(zero, lengths.num_samples)
+        return int(lengths.counts[(lengths.rows == 0).any(axis=1)].sum()), lengths.num_samples
     table = np.asarray(lengths).reshape(len(lengths), -1)
-    return zero_length_note(int((table == 0).any(axis=1).sum()), len(table))
+    return int((table == 0).any(axis=1).sum()), len(table)
 
 
 #: What a sample of length 0 does and the fix (NOTE [ Samples of length 0 ]), after its count.

@@ -33,6 +33,7 @@ from bucketloader.plan.limits import ZERO_LENGTH_HARM
 from bucketloader.plan.table import PlannedBatch
 from bucketloader.stream._engine import Pass
 from bucketloader.stream._schedule import lane_cells
+from bucketloader.stream.counters import RefusedResume
 from bucketloader.stream.source import check_length
 
 STATE_FORMAT = 2
@@ -684,7 +685,7 @@ class BucketPass(Pass):
     def _take_back(self, pos: int, sample: Any) -> None:
         prepared = self.prepare(pos, sample)
         if prepared is None:
-            raise ValueError(f"cannot resume: sample {pos} is now dropped by overflow")
+            raise RefusedResume(message=f"cannot resume: sample {pos} is now dropped by overflow")
         self._got[pos] = prepared
 
     def _restore(self, state: dict[str, Any]) -> None:

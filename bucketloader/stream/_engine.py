@@ -45,7 +45,7 @@ LEFT_OUT_KEYS = ("too_short", "too_long", "oversize", "overflow_dropped")
 
 #: The modulus of a pass's trace (a Mersenne prime; NOTE [ A replay over a source without a
 #: length ]).
-_TRACE_MOD = (1 << 61) - 1
+TRACE_MOD = (1 << 61) - 1
 
 
 def trace_hex(trace: int) -> str:
@@ -194,10 +194,10 @@ class Pass:
         (NOTE [ A replay over a source without a length ])."""
         if self.trace is None:
             return
-        trace = (self.trace * 1_000_003 + real * 65_537 + rows + 1) % _TRACE_MOD
+        trace = (self.trace * 1_000_003 + real * 65_537 + rows + 1) % TRACE_MOD
         if parts:  # one hash in C (a Python loop over 200 documents took 36 us a batch, this 8)
             digest = hashlib.blake2b(array("q", parts).tobytes(), digest_size=7).digest()
-            trace = (trace * 1_000_003 + int.from_bytes(digest, "little")) % _TRACE_MOD
+            trace = (trace * 1_000_003 + int.from_bytes(digest, "little")) % TRACE_MOD
         self.trace = trace
 
     def lane_steps(self) -> int:
@@ -326,7 +326,10 @@ class Pass:
         ``int64``), and a replay state over a source that records neither its length nor its files
         records, per worker, the trace after the batches it skips (``"lengths"``; ``None`` where the
         loop lagged that worker by more than ``TRACE_KEPT`` batches, or where the worker resumed
-        from an exact state, whose pass knows no trace). The resumed worker compares its own trace
+        from an exact state saved before s32, whose pass knows no trace; an exact state records
+        its pass's trace, ``"trace"``, which the resumed pass goes on from: s31-stream left a
+        worker resumed from its checkpoint unchecked by every later replay state). The resumed
+        worker compares its own trace
         once it made those batches again, and refuses another (or a pass that ends before them)
         before it hands out a batch: the error reaches the training loop through the DataLoader. It
         catches what changes the batches' sizes up to the resume point (a sample inserted, removed,
@@ -336,25 +339,20 @@ class Pass:
             if self.batches == target and self.trace is not None:
                 mine = trace_hex(self.trace)
                 if mine != saved:
-                    raise self._changed_replay(target, f"its trace {mine}, the state's {saved}")
+                    raise self._changed_replay(target, f"replay trace {mine}, the state's {saved}")
             yield batch
         if self.batches < target:
             raise self._changed_replay(target, f"its pass now ends after {self.batches:,}")
 
     def _changed_replay(self, target: int, what: str) -> RefusedResume:
-        """The error of a replay whose first ``target`` batches differ from the saved run's."""
+        """The error of a replay whose first ``target`` batches differ from the saved run's
+        (``what``: its trace and the state's, or where its pass now ends)."""
         lane, lanes = self.worker
         who = f"the pass of worker {lane} of {lanes}" if lanes > 1 else "its pass"
-        return RefusedResume(
-            f"cannot resume this {self.OWNER} exactly: replaying epoch {self.epoch}, {who} made "
-            f"{target:,} batches of other sizes than the saved run ({what}): the source gives "
-            "other samples than when the state was saved (samples inserted, removed or "
-            "reordered since, or a source that reads differently each time, such as a random "
-            "crop or augmentation that changes lengths), so the resumed epoch would train some "
-            "samples twice and others never. Resume over the same source in the same order "
-            "(seed any random transform by epoch and sample); or skip load_state_dict and start "
-            f"over: stream.set_epoch({self.epoch}) for this epoch whole, "
-            f"stream.set_epoch({self.epoch + 1}) for the next"
+        return self._refused(
+            self.epoch,
+            f"replaying epoch {self.epoch}, {who} made {target:,} batches of other sizes than "
+            f"the saved run ({what})",
         )
 
     def _checkpointed(self, batches: Iterator[list[Any]], store: Any) -> Iterator[list[Any]]:
@@ -418,6 +416,8 @@ class Pass:
         }
         if self.checks_lengths:  # NOTE [ A stream state over a source without a length ]
             out["lengths"] = lengths_digest(*self._held_lengths())
+            if self.trace is not None:  # NOTE [ A replay over a source without a length ]
+                out["trace"] = self.trace
         return out
 
     @property
@@ -454,7 +454,10 @@ class Pass:
         start, src_state = int(state["source"]["position"]), state["source"]["state"]
         read = int(state["read"])
         wanted = self._wanted(state)
-        self.trace = None  # (the batches before the state are not made again)
+        # (the batches before the state are not made again: the trace goes on from the state's,
+        # unknown where it records none)
+        saved = state.get("trace")
+        self.trace = int(saved) if self.traced and saved is not None else None
         if self.o.seekable:
             order = sorted(wanted)
             for pos, sample in zip(order, fetch(self.o.source, self.worker, order), strict=True):
@@ -531,17 +534,44 @@ class Pass:
     def _changed_source(self, state: dict[str, Any], what: str) -> RefusedResume:
         """The error of a resume over a source that changed since ``state`` was saved (NOTE
         [ A stream state over a source without a length ]); ``what`` says what changed."""
-        owner = self.OWNER
-        epoch = int(state["epoch"])
-        return RefusedResume(
-            f"cannot resume this {owner} exactly: {what}. The source gives other samples at "
-            "the positions the state names than when it was saved: samples inserted, removed "
-            "or reordered since, or a source that reads differently each time (a random crop "
-            "or augmentation that changes lengths), so the resumed epoch would train some "
+        return self._refused(int(state["epoch"]), what)
+
+    def _refused(self, epoch: int, what: str) -> RefusedResume:
+        """NOTE [ A stream's refused resume ]
+        The one text of both refusals of a changed source, a resume's length digest (NOTE [ A
+        stream state over a source without a length ]) and a replay's trace (NOTE [ A replay
+        over a source without a length ]): ``what`` names the check, the two digests and what
+        differs; then the causes, the harm and the two ways on, in the same words for both
+        (they were two near-copies; s31-tidyA). A state saved over a source without a length
+        and resumed over one with a length (checked since s32) is told that too: a source of
+        another kind, such as a ``datasets.Dataset`` against its ``.to_iterable_dataset()``,
+        which splits itself between DataLoader workers, gives other samples at the same
+        positions even unchanged. Over a source without a length, the text ends with how a
+        source with one would have caught the change sooner."""
+        saved = self.saved_config or {}
+        other_kind = checks_lengths(saved) and not self.checks_lengths
+        causes = (
+            "samples inserted, removed or reordered since, or a source that reads differently "
+            "each time (a random crop or augmentation that changes lengths)"
+        )
+        if other_kind:
+            causes += (
+                ", or a source of another kind than the one it was saved over (saved over a "
+                "source without a length, such as a datasets.IterableDataset, which splits "
+                "itself between DataLoader workers by shard, and resumed over one with a "
+                "length, such as a datasets.Dataset, read by position)"
+            )
+        text = (
+            f"cannot resume this {self.OWNER} exactly: {what}. The source gives other samples "
+            f"than when the state was saved: {causes}, so the resumed epoch would train some "
             "samples twice and others never. Resume over the same source in the same order "
             "(seed any random transform by epoch and sample, so a sample reads the same each "
-            f"time); or skip load_state_dict and start over: stream.set_epoch({epoch}) for "
-            f"this epoch whole, stream.set_epoch({epoch + 1}) for the next. A source with a "
-            "length (a list, a datasets.Dataset, ArrowRows) has such a change caught at "
-            "load_state_dict"
+            f"time); or skip load_state_dict and start over: stream.set_epoch({epoch}) for this "
+            f"epoch whole, stream.set_epoch({epoch + 1}) for the next"
         )
+        if self.checks_lengths:
+            text += (
+                ". A source with a length (a list, a datasets.Dataset, ArrowRows) has such a "
+                "change caught at load_state_dict"
+            )
+        return RefusedResume(message=text)

@@ -119,6 +119,7 @@ from bucketloader.pack.spec import SOLVER_VERSION, pack_rows
 from bucketloader.pack.split import cut
 from bucketloader.plan import PlannedBatch
 from bucketloader.stream._engine import Pass
+from bucketloader.stream.counters import RefusedResume
 from bucketloader.stream.source import check_length
 
 STATE_FORMAT = 1
@@ -513,9 +514,9 @@ class RowPass(Pass):
             if saved is not None
             else "a bucketloader that did not record its solver version"
         )
-        raise ValueError(
-            f"cannot resume this PackIterable exactly: its state was saved by {was}, and this "
-            f"one packs with solver version {SOLVER_VERSION}; the resumed pass of worker "
+        raise RefusedResume(
+            message=f"cannot resume this PackIterable exactly: its state was saved by {was}, and "
+            f"this one packs with solver version {SOLVER_VERSION}; the resumed pass of worker "
             f"{self.worker[0]} must skip {self.skip} of the {tail} batches it packs from the "
             f"tail of its shard (the documents still in open rows at its end); {why}. {fix}"
         )
@@ -582,7 +583,9 @@ class RowPass(Pass):
         """The document piece ``x`` (``[position, piece]``) a resume took back, and its size."""
         key = (int(x[0]), int(x[1]))
         if key not in self._got:
-            raise ValueError(f"cannot resume: document {list(key)} is no longer produced")
+            raise RefusedResume(
+                message=f"cannot resume: document {list(key)} is no longer produced"
+            )
         return self._got[key]
 
     def _verify(self, state: dict[str, Any]) -> None:
@@ -604,8 +607,8 @@ class RowPass(Pass):
             # (s29-user: a document inserted into a list source before the resume shifts the
             # positions the state names, and the source's documents then fail this count too;
             # the message blamed an edited state only)
-            raise ValueError(
-                f"state's rows hold {held} tokens and its batches handed out "
+            raise RefusedResume(
+                message=f"state's rows hold {held} tokens and its batches handed out "
                 f"{self.stats['tokens']}, but it placed tokens_read={self.tokens_read} in rows: "
                 "rows or documents were removed from (or added to) the state, or the source "
                 "holds other documents at the positions the state names (documents inserted or "

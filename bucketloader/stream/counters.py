@@ -270,7 +270,41 @@ def hand_out(lane: Lane, counters: LaneCounters | None, batches: Iterator[T]) ->
 
 class RefusedResume(ValueError):
     """A resume refused before the pass handed out a batch (the source changed since the state
-    was saved): the pass never started, so :func:`_say_the_pass_ends` says nothing of it."""
+    was saved, or the state was edited; every such refusal, s32): the pass never started, so
+    :func:`_say_the_pass_ends` says nothing of it.
+
+    NOTE [ A refused resume behind DataLoader workers ]
+    Raised in a worker, it reaches the main process through torch, which re-raises it there
+    (``ExceptionWrapper.reraise``). torch binds the new exception to a local of that frame before
+    raising it, so the exception holds its traceback, which holds the frame, which holds the
+    exception: a reference cycle, which also keeps the DataLoader's iterator (a local of the
+    frames between) after the user's ``except`` block. Only the garbage collector frees it, at
+    some later collection, and in its own order: the iterator's queues may be finalised first,
+    its workers then never get the stop message, and torch waits 5 s for each before killing it
+    (2 workers: ``gc.collect()`` took 10.4 s; s31); a DataLoader started before that collection
+    forks the cycle into its workers, whose own collection prints "Exception ignored in ...
+    _MultiProcessingDataLoaderIter.__del__ ... can only test a child process". A type with a
+    ``message`` attribute is raised by torch as ``exc_type(message=msg)`` in one expression,
+    bound to no local: no cycle, so the iterator goes (its workers stopped at once) when the
+    user's ``except`` block ends (the collection after it: 10.4 s -> 0.4 s, and no such print
+    from the next DataLoader's workers; s32). Any other error from a worker (a bad sample, the
+    user's own) keeps torch's cycle: docs/streams.md gives the user's fix,
+    ``traceback.clear_frames(err.__traceback__)`` in the ``except`` block.
+
+    Example:
+        >>> err = RefusedResume(message="cannot resume")
+        >>> err.message, str(err), bool(RefusedResume.message)
+        ('cannot resume', 'cannot resume', True)
+    """
+
+    def __init__(self, *args: object, message: str | None = None) -> None:
+        super().__init__(*(args if message is None else (message, *args)))
+
+    @property
+    def message(self) -> str:
+        """The message (torch re-raises a type with this attribute without a reference cycle:
+        NOTE [ A refused resume behind DataLoader workers ])."""
+        return str(self.args[0]) if self.args else ""
 
 
 def _say_the_pass_ends(exc: Exception, lane: Lane) -> None:

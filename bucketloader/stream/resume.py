@@ -143,7 +143,7 @@ import torch.utils.data
 from bucketloader._files import NotAFile, write_atomic
 from bucketloader._validation import a_kind, check_int, not_a_state, stream_of
 from bucketloader.plan.report import FILL_TIMES, FILL_WARNING, LOSS_WARNING, DataLossWarning
-from bucketloader.stream._engine import checks_lengths, trace_hex
+from bucketloader.stream._engine import TRACE_MOD, checks_lengths, trace_hex
 from bucketloader.stream.counters import MAX_LANES, LaneCounters, finished
 from bucketloader.stream.source import is_stateful, open_source, self_sharding
 
@@ -555,6 +555,14 @@ def check_state(
                 f"samples it holds, got {digest!r:.120}; pass a dict from {owner}.state_dict(), "
                 "unedited"
             )
+        trace = state.get("trace")  # NOTE [ A replay over a source without a length ]
+        if trace is not None and not (
+            isinstance(trace, int) and not isinstance(trace, bool) and 0 <= trace < TRACE_MOD
+        ):
+            raise ValueError(
+                f"state['trace'] must be its pass's trace (an int >= 0 and < 2**61 - 1), got "
+                f"{trace!r:.120}; pass a dict from {owner}.state_dict(), unedited"
+            )
 
 
 def _hex(value: Any, digits: int) -> bool:
@@ -619,7 +627,7 @@ def _size_of(source: Any) -> int | None:
     return size if isinstance(size, int) and size >= 0 else None
 
 
-def _check_size(state: dict[str, Any], mine: Any, owner: str) -> None:
+def _check_size(state: dict[str, Any], mine: Any, owner: str, *, unsized: bool = False) -> None:
     """NOTE [ A stream state names its source's size ]
 
     A stream over a source read by index (a list, a ``datasets.Dataset``) resumes by position:
@@ -635,7 +643,21 @@ def _check_size(state: dict[str, Any], mine: Any, owner: str) -> None:
     keeps the length (a sample edited in place) is not caught. Split over ranks, each rank
     passes its own shard, so the length is its shard's: a rank given another rank's state (a
     checkpoint written by rank 0 only) is refused where the shards' lengths differ, and told to
-    load its own state."""
+    load its own state.
+
+    Such a state loaded over a source without a length (``unsized``: one whose configuration
+    records neither its length nor its files) is refused (s32): its state records no digest of
+    the lengths it holds and no replay traces (only a source without a length keeps them), so
+    nothing could be compared, and a source inserted into resumed silently (one sample at the
+    front: 26 samples trained twice and 26 never); behind DataLoader workers, a
+    ``datasets.Dataset``'s state resumed over the same rows as ``.to_iterable_dataset()``,
+    which splits itself between the workers by shard, trained 35 twice and 35 never with no
+    change at all. The way on: the source the state was saved over, or a new epoch (a state
+    saved before its epoch's first batch skips nothing, and is taken). The
+    reverse (a state saved over a source without a length, loaded over one with a length) is
+    checked: an exact state by its digest, a replay by its traces, which the resumed pass then
+    keeps (NOTE [ A replay over a source without a length ] in
+    :mod:`bucketloader.stream._engine`)."""
     theirs = state["config"].get("samples")
     if theirs is None:
         return
@@ -644,7 +666,19 @@ def _check_size(state: dict[str, Any], mine: Any, owner: str) -> None:
             f"state['config']['samples'] must be the source's length (an int >= 0), got "
             f"{theirs!r:.120}; pass the state the stream saved"
         )
-    if mine is None or mine == theirs:  # (a source without a length: nothing to compare)
+    if mine is None and unsized and not _before_first_batch(state):  # (that one: a new pass)
+        raise ValueError(
+            f"state was saved over a source of {theirs:,} samples, but this {owner}'s source "
+            "has no length (a generator, a datasets.IterableDataset): the state records only "
+            "that length, which cannot be compared here, so the resume could not tell whether "
+            "this source gives the same samples at the state's positions (samples inserted or "
+            "removed since would be trained twice or never, silently), and behind DataLoader "
+            "workers a source that splits itself between them (a datasets.IterableDataset) "
+            "puts other samples at each worker's positions even unchanged. Resume over the "
+            "source the state was saved over (a datasets.Dataset, not its "
+            f".to_iterable_dataset()){_way_on(state)}"
+        )
+    if mine is None or mine == theirs:  # (a source that records its files: nothing to compare)
         return
     ranks = state["config"].get("num_replicas")
     # (s29-rev: over ranks, each passing its own shard, rank 1 loading rank 0's state, the
@@ -661,6 +695,23 @@ def _check_size(state: dict[str, Any], mine: Any, owner: str) -> None:
         f"the state's positions would name other samples (some repeated, some never seen). "
         f"Resume over the source the state was saved over{own}{_way_on(state)}"
     )
+
+
+def _size_in(config: dict[str, Any]) -> int | None:
+    """The number of samples a stream's ``config`` records of its source: its length, or the
+    rows of the files it reads (a list's state loaded over ``ArrowRows`` of Parquet files was
+    compared with nothing: one row inserted at the front trained 26 samples twice and 26 never;
+    s32). ``None``: none recorded.
+
+    Example:
+        >>> _size_in({"samples": 3}), _size_in({"source": {"rows": 5}}), _size_in({})
+        (3, 5, None)
+    """
+    size = config.get("samples")
+    source = config.get("source")
+    if size is None and isinstance(source, dict) and isinstance(source.get("rows"), int):
+        size = source["rows"]
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
 
 
 def _way_on(state: dict[str, Any]) -> str:
@@ -743,7 +794,7 @@ def check_config(
     (absent from a state saved before they were recorded). ``"source"`` records the files the
     source reads (:func:`source_config`), checked on its own."""
     _check_source(state["config"].get("source"), mine.get("source"), owner)
-    _check_size(state, mine.get("samples"), owner)
+    _check_size(state, _size_in(mine), owner, unsized=checks_lengths(mine))
     versions = (*versions, "source", "samples")
     theirs = {k: v for k, v in state["config"].items() if k not in versions}
     mine = {k: v for k, v in mine.items() if k not in versions}
@@ -1102,6 +1153,11 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         engine = self._new_engine(worker, skip)
         engine.saved_config = None if state is None else state["config"]
         engine.saved_replay = replay
+        if state is not None and state is replay and replay.get("lengths") and not engine.traced:
+            # a replay state saved over a source without a length, replayed over one with a
+            # length: its traces are still compared (NOTE [ A stream state names its source's
+            # size ]; this pass keeps its own trace only for them)
+            engine.traced, engine.trace = True, 0
         self._engine = engine
         if state is not None and state["format"] == self.STATE_FORMAT:
             it = engine.resume(state)
@@ -1214,14 +1270,15 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         """Resume the next ``iter()`` exactly where ``state`` was taken (strict checks)."""
         owner = type(self).__name__
         check_state(state, owner=owner, keys=self.STATE_KEYS, replay_format=self.REPLAY_FORMAT)
-        check_config(state, self._config(), owner=owner, versions=self.VERSION_KEYS)
-        self._check_versions(state)
-        if self._one_shot():
+        if self._one_shot():  # (first: no state resumes over it; s32, before the refusal of
+            # a state saved over a source with a length, which a one-shot iterator lacks)
             raise ValueError(
                 "cannot resume a one-shot iterator (it cannot be read again from the start); "
                 "pass a re-iterable source: a list, a Dataset, or an object whose __iter__ "
                 "returns a fresh iterator"
             )
+        check_config(state, self._config(), owner=owner, versions=self.VERSION_KEYS)
+        self._check_versions(state)
         if state["format"] == self.STATE_FORMAT:
             if state["source"]["state"] is not None and not is_stateful(self.source):
                 raise ValueError("state holds a source state_dict but the source cannot load one")

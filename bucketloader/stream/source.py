@@ -63,6 +63,7 @@ import numpy as np
 
 from bucketloader._samples import length_reader, stream_len
 from bucketloader._validation import MAX_LENGTH
+from bucketloader.stream.counters import RefusedResume
 
 
 def make_length_fn(length_fn: Any) -> Callable[[Any], Any]:
@@ -368,9 +369,9 @@ def replay(it: Iterator[Any], start: int, stop: int) -> Iterator[tuple[int, Any]
         try:
             yield pos, next(it)
         except StopIteration:
-            raise ValueError(
-                f"cannot resume: the source ended at sample {pos} while replaying to {stop}; "
-                "resume needs a deterministic, re-iterable source"
+            raise RefusedResume(
+                message=f"cannot resume: the source ended at sample {pos} while replaying to "
+                f"{stop}; resume needs a deterministic, re-iterable source"
             ) from None
 
 
