@@ -325,7 +325,7 @@ instances of NOTE [ The integrality gap, measured ] (load 7-14, 2 cores, 540 s p
   0.2-37 s (395-3,445 cuts);
 * the master then proved all 10 optima the explicit model proved, the same values, all
   in one integer solve (the LP loop's cuts sufficed) but prod K = 16 at s = 8 (two);
-* in 0.3-11 s at s = 16 (explicit 0-2 s at load 4), 51 / 119 / 188 / 421 s at s = 8, load 9-10
+* in 0.3-11 s at s = 16 (explicit 0-2 s at load 4), 51 / 119 / 188 / 421 s at s = 8, load 8.7-10
   (sum K = 8 / 16, prod K = 8 / 16; explicit 8 / 75 / 87 / 75 s at load 4, and rerun at load
   11-20: 108 s, not proved in 433 s, not proved in 432 s from Benders' own start, 405 s), and
   98 / 222 s at s = 6, sum (explicit 29 / 301 s at load 4);
@@ -345,9 +345,9 @@ the per-point sorted sizes took 55 s, the cuts at a plan hold 1.19 million nonze
 cut names every cell cheaper than its cell: 320 on average), each LP round added 1.2-3.7
 thousand such cuts and took 12-121 s, and after 5 rounds (378 s) the LP stood at 143,228 (from
 96,418), below the bundle's 5 s bound (144,823 in ``benchmarks/results/joint.md``), where it
-stalled (the cuts found violated were already in: HiGHS's solution breaks them within its
-tolerances; its status was not logged). Not used by :func:`lagrangian` or :func:`lp_bound`, and
-not proposed for the solve.
+stalled (the cuts found violated were already in the master: presumably violated within
+HiGHS's tolerances; its status was not logged). Not used by :func:`lagrangian` or
+:func:`lp_bound`, and not proposed for the solve.
 """
 
 from __future__ import annotations
