@@ -170,7 +170,8 @@ percent at prod), and only integer reasoning (branching, cuts) certifies them: H
 branch-and-cut needed 8-301 s on the proved models of s = 8 and 6 (6.9-36 thousand pairs
 left), where the real histogram has 29.6 million pairs (7.6 million left after fixing,
 ``benchmarks/results/joint_cert.md``). No bound of that kind in seconds is known here (the
-attempts below and NOTE [ Stronger relaxations, measured ]).
+attempts below, NOTE [ Stronger relaxations, measured ] and
+NOTE [ Benders cuts for the joint plan ]).
 
 Tried offline, not shipped: a Lagrangian branch-and-bound on top of the bundle (nodes fix cells
 open or closed; ``L`` at a node subtracts the forced cells' gains and the largest allowed
@@ -306,6 +307,47 @@ to the target: to leave a program of the size HiGHS proved before (NOTE [ Where 
 relaxation stops ]: 99 thousand pairs in 75 s) it would need a bound within less than 25 of the
 target, far above the LP's own upper end (145,474, 182 below it). Prod K = 8 (600 s, load 3-8,
 not in the results file): 8,749 cells, 22.1 million pairs left.
+
+NOTE [ Benders cuts for the joint plan ]
+The integer program without its pairs (session 32, offline: ``benchmarks/joint_benders.py``,
+``benchmarks/results/joint_benders.md``), after Duran-Mateluna, Ales and Elloumi (EJOR 2023, the
+p-median): binaries ``y_c`` and one ``theta_i`` per point, minimise ``Σ w_i theta_i`` with
+``Σ y <= K``, the maximal points covered, and the cuts
+``theta_i >= D − Σ_{c covers i, size(c) < D} (D − size(c)) y_c`` for the covering sizes ``D`` of
+``i`` (tight at an integral ``y``; for any ``y`` the most violated ``D`` is where the point's
+``y``, sorted by size, first sums to 1). HiGHS (highspy 1.16) has no lazy constraints (its
+``kCallbackMipDefineLazyConstraints`` takes nothing back), so: a cut loop on the LP,
+reduced-cost fixing against the start plan, then the integer master with those cuts, solved
+again with the cuts of its own solutions while its optimum underestimates its plan. On the
+instances of NOTE [ The integrality gap, measured ] (load 7-14, 2 cores, 540 s per case):
+
+* the LP loop reaches the explicit LP's value exactly in all 12 cases, in 10-17 rounds and
+  0.2-37 s (395-3,445 cuts);
+* the master then proved all 10 optima the explicit model proved, the same values, all
+  in one integer solve (the LP loop's cuts sufficed) but prod K = 16 at s = 8 (two);
+* in 0.3-11 s at s = 16 (explicit 0-2 s at load 4), 51 / 119 / 188 / 421 s at s = 8, load 8.7-10
+  (sum K = 8 / 16, prod K = 8 / 16; explicit 8 / 75 / 87 / 75 s at load 4, and rerun at load
+  11-20: 108 s, not proved in 433 s, not proved in 432 s from Benders' own start, 405 s), and
+  98 / 222 s at s = 6, sum (explicit 29 / 301 s at load 4);
+* but not the s = 6 prod cases: after 540 s (load 13-14), 371,616 - 379,435 at K = 8 and
+  212,086 - 219,040 at K = 16 (explicit: 370,490 - 380,134 and 212,328 - 216,030; Benders
+  started there from a worse plan, 219,105 against 216,218); an earlier K = 8 run from the 5 s
+  plan (load 9) reached 372,743 - 379,324, the best plan known there (0.21 % below the explicit
+  model's). Both models close the integrality gap by branching (the master: up to 933 nodes);
+  the master's LP is the same LP, no stronger.
+
+Checked against the brute-force oracle of ``tests/test_joint.py`` on 150 random tiny
+histograms (an offline script): every proved value equal, every LP value below. So on these
+sizes it is as exact as the explicit model and about as fast, perhaps up to twice as fast at
+s = 8 (the loads differ): no order of magnitude. On the real GSM8K (sum K = 16: 3,736 points,
+13,276 candidates, 29.6 million pairs; an offline script) the master is not compact: building
+the per-point sorted sizes took 55 s, the cuts at a plan hold 1.19 million nonzeros (a point's
+cut names every cell cheaper than its cell: 320 on average), each LP round added 1.2-3.7
+thousand such cuts and took 12-121 s, and after 5 rounds (378 s) the LP stood at 143,228 (from
+96,418), below the bundle's 5 s bound (144,823 in ``benchmarks/results/joint.md``), where it
+stalled (the cuts found violated were already in the master: presumably violated within
+HiGHS's tolerances; its status was not logged). Not used by :func:`lagrangian` or
+:func:`lp_bound`, and not proposed for the solve.
 """
 
 from __future__ import annotations
