@@ -627,14 +627,17 @@ def _per_input(lengths: Mapping[Any, Any]) -> bool:
 
 
 def _file_reader(path: Any) -> str:
-    """How to read the lengths in the file ``path`` into an array, by its suffix, for an error
-    that got the path where lengths were asked (np.loadtxt reads no .jsonl, .csv header or
-    Parquet: s31-user2).
+    """How to read the lengths in the file ``path`` into an array, by its suffix (or a
+    directory ``datasets`` saved), for an error that got the path where lengths were asked
+    (np.loadtxt reads no .jsonl, .csv header or Parquet: s31-user2; nor a directory).
 
     Example:
         >>> _file_reader("train.jsonl")
         "e.g. np.array([json.loads(line)['length'] for line in open(path)]) for a .jsonl file"
     """
+    if os.path.isdir(path):  # (np.loadtxt's hint failed there: IsADirectoryError)
+        how = "bucketloader.hf.lengths(datasets.load_from_disk(path), 'input_ids')"
+        return f"e.g. {how} for a directory saved by datasets.Dataset.save_to_disk"
     suffix = os.path.splitext(str(path).lower())[1]
     if suffix == ".jsonl":
         how = "np.array([json.loads(line)['length'] for line in open(path)])"

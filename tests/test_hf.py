@@ -897,6 +897,30 @@ def test_nested_token_lists_are_not_called_audio():
     assert hf.lengths(ds, fn=eval(fix)).tolist() == [9, 7, 8]  # the fix it names
 
 
+def test_nested_token_lists_are_refused_by_for_text_with_a_fix_it_can_follow():
+    """s32-rev: for_text (and BucketTrainer through it) passed hf.lengths' hint on, "measure the
+    longest inner list, fn=lambda batch: ...", but neither takes fn= (for_text pads flat token
+    lists only); the refusal names hf.lengths with that fn, a BucketSampler and a collator."""
+    from bucketloader import BucketSampler
+
+    rows = [[[5] * n for n in ns] for ns in ([3, 9, 2, 4], [7, 1, 5, 5], [2, 2, 8, 3])]
+    ds = datasets.Dataset.from_dict({"input_ids": rows})
+    for build in (hf.for_text, hf.for_packing):
+        with pytest.raises(TypeError, match=r"holds lists of token lists \(one per choice") as err:
+            build(
+                ds,
+                pad_token_id=0,
+                batch_size=2,
+                **({"row_length": 16} if build is hf.for_packing else {}),
+            )
+        said = str(err.value)
+        assert "hf.lengths(dataset, fn=lambda batch: [max(map(len, x)) for x in " in said
+        fix = said.split("fn=", 1)[1].split(") (the longest", 1)[0]
+        lengths = hf.lengths(ds, fn=eval(fix))  # followed
+        assert lengths.tolist() == [9, 7, 8]
+        assert BucketSampler(lengths, num_buckets=2, batch_size=2).shapes
+
+
 def test_fixed_size_list_columns_are_stacked_not_transposed():
     """s12-polish left it: split_columns counted only plain and large lists, so a fixed-size
     list column (Sequence(length=n): an embedding, multi-label targets) went through

@@ -211,6 +211,45 @@ def test_a_replay_that_ends_before_the_resume_point_is_refused():
         list(_loader(short))
 
 
+def test_the_way_on_a_refusal_names_works_behind_workers():
+    # s32-rev: it said "skip load_state_dict and start over: stream.set_epoch(0) for this epoch
+    # whole", but behind workers the main process's stream keeps the loaded state (the workers
+    # refused their copies), so set_epoch(0) on it, followed, was refused again
+    import traceback
+
+    make = MAKERS["bucket"]
+    first = make(Src(LENGTHS))
+    it = iter(_loader(first))
+    head = _ids(next(it) for _ in range(21))
+    del it
+    state = json.loads(json.dumps(first.state_dict(batches_consumed=21)))
+    assert head and state["lengths"]
+    for fix in ("set_epoch(0)", "set_epoch(1)", "built again"):
+        changed = make(Src(MOVED))
+        changed.load_state_dict(state)
+        with pytest.raises(ValueError, match=REPLAYED) as err:
+            list(_loader(changed))
+        said = str(err.value)
+        traceback.clear_frames(err.value.__traceback__)  # (docs/streams.md: no 5 s waits)
+        assert (
+            "stream.set_epoch(1) for the next epoch, or, for this epoch whole, the stream " in said
+        )
+        assert "built again without load_state_dict (set_epoch(0) alone keeps the loaded" in said
+        if fix == "set_epoch(0)":  # (what the message no longer offers: still refused)
+            changed.set_epoch(0)
+            with pytest.raises(ValueError, match=REPLAYED) as again:
+                list(_loader(changed))
+            traceback.clear_frames(again.value.__traceback__)
+            continue
+        if fix == "set_epoch(1)":
+            changed.set_epoch(1)
+        else:
+            changed = make(Src(MOVED))
+            changed.set_epoch(0)
+        ids = sorted(i for b in _ids(_loader(changed)) for i in b)
+        assert ids == list(range(600))
+
+
 @pytest.mark.parametrize("make", [_bucket, _pack], ids=["bucket", "pack"])
 def test_worker_checkpoints_refuse_a_changed_source(make, tmp_path):
     # NOTE [ Worker checkpoints ]: a worker restores its exact state, which holds the lengths

@@ -428,6 +428,26 @@ def test_a_path_given_as_lengths_says_to_read_the_file():
             BucketSampler(path, num_buckets=2, batch_size=2)
 
 
+def test_a_directory_given_as_lengths_says_to_read_it_with_datasets(tmp_path):
+    # s32-rev: a save_to_disk directory (which `bucketloader report` reads) was told to read it
+    # with np.loadtxt(path, dtype=np.int64), which fails there (IsADirectoryError)
+    datasets = pytest.importorskip("datasets")
+    from bucketloader import BucketSampler, hf
+
+    rows = {"input_ids": [[1] * n for n in (3, 1, 4, 1, 5)]}
+    path = str(tmp_path / "tokenised")
+    datasets.Dataset.from_dict(rows).save_to_disk(path)
+    with pytest.raises(TypeError) as err:
+        BucketSampler(path, num_buckets=2, batch_size=2)
+    said = str(err.value)
+    how = "bucketloader.hf.lengths(datasets.load_from_disk(path), 'input_ids')"
+    assert f"(e.g. {how} for a directory saved by datasets.Dataset.save_to_disk; " in said
+    assert "np.loadtxt" not in said
+    scope = {"hf": hf, "datasets": datasets, "path": path}
+    followed = eval(how.replace("bucketloader.", ""), scope)
+    assert followed.tolist() == [3, 1, 4, 1, 5]
+
+
 def test_every_producers_collator_refuses_options_in_one_voice():
     """The neighbours of ``BucketSampler.collator()``: the other producers' collators passed a
     typo on to the collator's ``__init__`` (Python's "unexpected keyword argument", no closest

@@ -640,9 +640,20 @@ def check_token_columns(datasets_: Sequence[Any], names: Sequence[str], owner: s
                 fix = tokenize.format(text=text)
                 raise _column_fix(OptionKeyError, said, "...", f", or {fix}")
             kind = table.schema.field(name).type
+            said = f"{owner} pads column {name!r} as token ids, but it holds "
+            depth, leaf = nesting(kind)
+            if depth > 1 and pa.types.is_integer(leaf):  # (s32-rev: hf.lengths' hint, fn=,
+                # is no option of for_text's, nor of the trainer's)
+                measure = f"lambda batch: [max(map(len, x)) for x in batch[{name!r}]]"
+                raise TypeError(
+                    f"{said}lists of token lists (one per choice or turn, as a multiple-choice "
+                    f"dataset has), and it pads flat token lists only; plan them yourself: "
+                    f"lengths = hf.lengths(dataset, fn={measure}) (the longest inner list), "
+                    "BucketSampler(lengths, ...) and a collator of yours that pads every inner "
+                    "list to the batch's planned length"
+                )
             if is_list(kind):
                 continue
-            said = f"{owner} pads column {name!r} as token ids, but it holds "
             if is_text(kind):
                 raise TypeError(f"{said}strings (untokenised text); {tokenize.format(text=name)}")
             if pa.types.is_null(kind):  # (datasets types an empty or all-None column so)

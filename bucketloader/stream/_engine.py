@@ -59,6 +59,24 @@ def trace_hex(trace: int) -> str:
     return f"{trace % (1 << TRACE_BITS):010x}"
 
 
+def _start_over(epoch: int) -> str:
+    """The way on from a resume of ``epoch`` refused when its pass started: without the state.
+    ``set_epoch(epoch)`` alone is none: a loaded state of that epoch stays pending through it
+    (a training loop calls it after ``load_state_dict``), and behind DataLoader workers the
+    main process's stream still holds it after the workers refused it, so the next pass was
+    refused again (s32-rev); another epoch's ``set_epoch`` forgets it.
+
+    Example:
+        >>> _start_over(3)[:61]
+        'or start over without the state: stream.set_epoch(4) for the '
+    """
+    return (
+        f"or start over without the state: stream.set_epoch({epoch + 1}) for the next epoch, "
+        "or, for this epoch whole, the stream built again without load_state_dict (set_epoch("
+        f"{epoch}) alone keeps the loaded state of epoch {epoch} pending)"
+    )
+
+
 def checks_lengths(config: dict[str, Any]) -> bool:
     """Whether a stream of configuration ``config`` checks lengths on resume: its exact states
     record the digest of the lengths they hold (NOTE [ A stream state over a source without a
@@ -566,8 +584,7 @@ class Pass:
             f"than when the state was saved: {causes}, so the resumed epoch would train some "
             "samples twice and others never. Resume over the same source in the same order "
             "(seed any random transform by epoch and sample, so a sample reads the same each "
-            f"time); or skip load_state_dict and start over: stream.set_epoch({epoch}) for this "
-            f"epoch whole, stream.set_epoch({epoch + 1}) for the next"
+            f"time); {_start_over(epoch)}"
         )
         if self.checks_lengths:
             text += (
