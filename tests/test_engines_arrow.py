@@ -1054,3 +1054,36 @@ def test_a_shard_with_damaged_pages_is_named(tmp_path, capsys):
     assert str(info.value).endswith("; leave this file out or write it again")
     assert main(["report", str(tmp_path)]) == 2
     assert f"error: {shard}: could not be read as Parquet" in capsys.readouterr().err
+
+
+def test_a_string_column_of_numbers_is_refused_not_measured_in_characters(tmp_path):
+    """s32-user: lengths stored as text ("120": a CSV read as strings, then to_parquet) were
+    measured as text, in characters: E. coli's protein lengths gave a histogram of 1 to 4
+    (digits), with no error. Every value a number is refused, naming the column, its values and
+    the read that casts them (NOTE [ Numbers written as text ])."""
+    lengths = load_real("ecoli")
+    text = pa.array([None if i % 97 == 0 else str(n) for i, n in enumerate(lengths)])
+    _write_shards(tmp_path / "ds", pa.table({"n": text}), 4)
+    with pytest.raises(ValueError) as info:
+        parquet_histogram(tmp_path / "ds", "n", nulls="skip", batch_size=500)
+    message = str(info.value)
+    assert "column 'n' is a string column whose every value is a number" in message, message
+    assert f"{str(lengths[1])!r}" in message and f"({len(str(lengths[1]))}," in message
+    assert "schema=pyarrow.schema({'n': pyarrow.int64()})" in message
+    fixed = pads.dataset(tmp_path / "ds", schema=pa.schema({"n": pa.int64()}))  # the fix named
+    kept = np.array([n for i, n in enumerate(lengths) if i % 97])
+    assert parquet_histogram(fixed, "n", nulls="skip").histogram == LengthHistogram.from_lengths(
+        kept
+    )
+    # in memory (a table, a view, a dictionary; in a joint scan): the cast is named instead
+    for column in (text, text.cast(pa.string_view()), text.dictionary_encode()):
+        with pytest.raises(ValueError, match=r"pyarrow.compute.cast\(table\['n'\]"):
+            parquet_histogram(pa.table({"n": column, "m": pa.array(lengths)}), ["m", "n"],
+                              nulls="skip")  # fmt: skip
+    # one value that is not a number, in the last batch of the last file, makes it text
+    words = pa.array([*text.to_pylist()[:-1], "MKV"])
+    _write_shards(tmp_path / "words", pa.table({"n": words}), 4)
+    r = parquet_histogram(tmp_path / "words", "n", nulls="skip", batch_size=500)
+    assert r.histogram == LengthHistogram.from_lengths(
+        [len(w) for w in words.drop_null().to_pylist()]
+    )

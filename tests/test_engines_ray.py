@@ -413,3 +413,27 @@ def test_cli_engine_ray_names_a_shard_with_damaged_pages(cluster, tmp_path, caps
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "File " not in err, err
     assert f"--engine ray failed reading {shard} (OSError: " in err and "--engine local" in err
+
+
+def test_a_string_column_of_numbers_is_refused_not_measured_in_characters(cluster):
+    """s32-user: a column of lengths stored as text was measured in characters ("120" as 3).
+    A scan whose every value of the column is a number is refused (each block says whether its
+    values were, the driver ANDs them: NOTE [ Numbers written as text ])."""
+    ecoli = load_real("ecoli")[:2000]
+    text = pa.array([None if i < 300 else str(n) for i, n in enumerate(ecoli)])  # nulls first
+    ds = _blocks(pa.table({"n": text, "m": ecoli}), 8)
+    for column in ("n", ["m", "n"]):
+        with pytest.raises(ValueError) as info:
+            ray_histogram(ds, column, nulls="skip")
+        message = str(info.value)
+        assert "column 'n' is a string column whose every value is a number" in message, message
+        assert f"({str(ecoli[300])!r}, " in message and "length_fn=lambda batch" in message
+    given = _blocks(pa.table({"n": pa.array([str(n) for n in ecoli])}), 8)
+    fixed = ray_histogram(given, length_fn=lambda b: b["n"].astype("int64"))  # the fix named
+    assert fixed.histogram == LengthHistogram.from_lengths(ecoli)
+    # one word in the last block: the column is text, measured in characters
+    words = pa.array([*text.to_pylist()[:-1], "MKV"])
+    r = ray_histogram(_blocks(pa.table({"n": words}), 8), "n", nulls="skip")
+    assert r.histogram == LengthHistogram.from_lengths(
+        [len(w) for w in words.drop_null().to_pylist()]
+    )

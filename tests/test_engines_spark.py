@@ -613,3 +613,28 @@ def test_cli_engine_spark_names_a_shard_with_damaged_pages(spark, tmp_path, caps
     assert err.count("\n") == 1 and "\tat " not in err, err
     assert f"--engine spark failed reading file://{shard} ([FAILED_READ_FILE" in err, err
     assert "caused by java.io.IOException" in err and "--engine local" in err
+
+
+def test_a_string_column_of_numbers_is_refused_not_measured_in_characters(spark):
+    """s32-user: a column of lengths stored as text (a CSV read without a schema) was measured
+    with length(), in characters ("120" as 3). When the longest text is short enough to be a
+    number, one more job looks for a value that is not: none, and the scan is refused with the
+    cast to use (NOTE [ Numbers written as text ])."""
+    from pyspark.sql import functions as F
+
+    ecoli = load_real("ecoli")[:1500]
+    rows = [(None if i % 50 == 0 else str(n), int(n), "x" * int(n % 9 + 1)) for i, n in
+            enumerate(ecoli)]  # fmt: skip
+    df = spark.createDataFrame(rows, "s string, n long, w string").repartition(3)
+    for column in ("s", ["n", "s"]):
+        with pytest.raises(ValueError) as info:
+            spark_histogram(df, column, nulls="skip")
+        message = str(info.value)
+        assert "column 's' is a string column whose every value is a number" in message, message
+        assert "spark_histogram(df, F.col('s').cast('bigint'))" in message
+    fixed = spark_histogram(df, F.col("s").cast("bigint"), nulls="skip").histogram  # the fix
+    kept = [n for i, n in enumerate(ecoli) if i % 50]
+    assert fixed == LengthHistogram.from_lengths(kept)
+    # short text that is not numbers alone is text: characters
+    r = spark_histogram(df, "w")
+    assert r.histogram == LengthHistogram.from_lengths(ecoli % 9 + 1)

@@ -34,6 +34,7 @@ from bucketloader._types import LazyModule
 from bucketloader._validation import MissingKeyError, check_bool, check_int, checks_options
 from bucketloader.engines._common import (
     Accumulator,
+    NumbersAsText,
     ScanResult,
     check_arrow_type,
     check_columns,
@@ -128,6 +129,7 @@ def parquet_histogram(
     for c in columns:
         check_arrow_type(schema.field(c).type, c, other=WITHOUT_LENGTH_FN)
     acc = Accumulator(columns, nulls, "arrow")
+    text = NumbersAsText([c for c in columns if _kind(pa, schema.field(c).type) == "text"])
     bar = _progress_bar(progress, total, what)
     try:
         for batch in batches:
@@ -136,14 +138,32 @@ def parquet_histogram(
             except ValueError as exc:  # a negative or huge length: which file holds it
                 raise ValueError(f"{_holder(rows, columns) or what}: {exc}") from None
             acc.add(lengths, num_nulls)
+            if text.found:
+                text.add(batch)
             if bar is not None:
                 bar.update(batch.num_rows)
     finally:
         if bar is not None:
             bar.close()
     result = acc.result(f"{what} ({describe_columns(columns)})")
+    text.check(lambda c: _read_as_integers(pa, source, c))  # NOTE [ Numbers written as text ]
     empty = tuple(path for path, n in rows.items() if n == 0)
     return dataclasses.replace(result, empty_files=empty) if empty else result
+
+
+def _read_as_integers(pa: Any, source: Any, column: str) -> str:
+    """How to measure ``column`` of ``source`` as integers (NOTE [ Numbers written as text ] in
+    :mod:`bucketloader.engines._common`): files read through a dataset of the integer type
+    (pyarrow casts the text as it reads, still out of core); data in memory cast first."""
+    if isinstance(source, (pa.Table, pa.RecordBatch, pa.RecordBatchReader, Iterator)):
+        return (
+            f"cast the column first, e.g. table.set_column(table.schema.get_field_index("
+            f"{column!r}), {column!r}, pyarrow.compute.cast(table[{column!r}], pyarrow.int64()))"
+        )
+    return (
+        f"parquet_histogram(pyarrow.dataset.dataset(path, schema=pyarrow.schema({{{column!r}: "
+        f"pyarrow.int64()}})), {column!r}) casts them as it reads (or write the column as int64)"
+    )
 
 
 def _open(

@@ -22,11 +22,14 @@ from bucketloader._types import LazyModule
 from bucketloader._validation import MAX_LENGTH, MissingKeyError
 from bucketloader.boundaries import check_boundaries
 from bucketloader.engines._common import (
+    NUMBER_TEXT,
+    NUMBER_TEXT_LONGEST,
     Accumulator,
     ScanResult,
     check_columns,
     check_nulls,
     missing_column,
+    numbers_as_text_error,
     require,
 )
 
@@ -103,7 +106,35 @@ def spark_histogram(df: sql.DataFrame, column: SparkLength, *, nulls: str = "rai
         if found is not None:
             raise ValueError(found)
     acc.add_counts(keys, counts, num_nulls)
-    return acc.result(what)
+    result = acc.result(what)
+    for i, item in enumerate(items):  # NOTE [ Numbers written as text ] in ._common
+        if keys.size and int(keys[:, i].max()) <= NUMBER_TEXT_LONGEST:
+            _check_numbers_as_text(df, item)
+    return result
+
+
+def _check_numbers_as_text(df: Any, item: Any) -> None:
+    """Raise where ``item`` is a string column whose every non-null value is a number written
+    as text: one job that stops at the first value that is not (NOTE [ Numbers written as
+    text ] in :mod:`bucketloader.engines._common`)."""
+    from pyspark.sql import Column
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    col = item if isinstance(item, Column) else F.col(_quoted(item))
+    if not isinstance(df.select(col).schema.fields[0].dataType, T.StringType):
+        return
+    present = df.select(col.alias("v")).where(F.col("v").isNotNull())
+    if present.where(~F.col("v").rlike(NUMBER_TEXT)).limit(1).count():
+        return
+    examples = [str(r["v"]) for r in present.limit(3).collect()]
+    label = item if isinstance(item, str) else str(item)
+    fix = (
+        f"spark_histogram(df, F.col({label!r}).cast('bigint'))"
+        if isinstance(item, str)
+        else "cast it with .cast('bigint') before you measure it"
+    )
+    raise ValueError(numbers_as_text_error(label, examples, fix))
 
 
 def _collect(grouped: Any) -> Any:
