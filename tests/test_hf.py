@@ -106,6 +106,25 @@ def test_numeric_string_and_arrow_table_columns():
     assert hf.lengths(table, "ids").tolist() == [2, 1, 0]
 
 
+def test_a_string_column_of_numbers_is_refused_not_measured_in_characters():
+    """s32-user: lengths kept as text (a CSV loaded by datasets without features, "120") were
+    measured in characters (3); the column is refused with the cast that reads them (NOTE
+    [ Numbers written as text ] in bucketloader._arrow). One word makes the column text."""
+    ecoli = load_real("ecoli")[:500]
+    ds = datasets.Dataset.from_dict({"n": [str(n) for n in ecoli]})
+    with pytest.raises(ValueError) as info:
+        hf.lengths(ds, "n")
+    message = str(info.value)
+    assert "column 'n' is a string column whose every value is a number" in message, message
+    assert (
+        f"{str(ecoli[0])!r}" in message and "cast_column('n', datasets.Value('int64'))" in message
+    )
+    fixed = ds.cast_column("n", datasets.Value("int64"))  # the fix named
+    assert hf.lengths(fixed, "n").tolist() == ecoli.tolist()
+    words = datasets.Dataset.from_dict({"n": [*[str(n) for n in ecoli[:-1]], "MKV"]})
+    assert hf.lengths(words, "n").tolist() == [*[len(str(n)) for n in ecoli[:-1]], 3]
+
+
 def test_errors_name_the_problem():
     ds = datasets.Dataset.from_dict({"ids": [[1], None, [2, 3]], "f": [1.5, 2.0, 3.0]})
     with pytest.raises(ValueError, match="null at physical row 1"):
@@ -1050,7 +1069,9 @@ def test_a_default_length_column_of_strings_is_refused_not_measured_in_character
     with pytest.raises(TypeError, match=r"or column='length' for the lengths of its lists$"):
         hf.lengths(lists)
     assert hf.lengths(lists, "length").tolist() == [2, 3]  # named: as main measured it unnamed
-    assert hf.lengths(text, "length").tolist() == [1, 2]  # named: a text column, in characters
+    # named, it was measured as text, in characters, [1, 2]; numbers alone are refused (s32-user)
+    with pytest.raises(ValueError, match=r"column 'length' is a string column whose every value"):
+        hf.lengths(text, "length")
     assert hf.lengths(datasets.Dataset.from_dict({"length": [3, 12]})).tolist() == [3, 12]
 
 

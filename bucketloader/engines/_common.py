@@ -7,20 +7,6 @@ counts null rows (a null list, string or integer; with several columns, a row wi
 null) while it scans. ``nulls="raise"`` (the default) refuses them with the count, after the
 scan; ``nulls="skip"`` keeps them out of the histogram and reports them in
 :attr:`ScanResult.num_nulls`, so ``num_rows == histogram.num_samples + num_nulls`` always.
-
-NOTE [ Numbers written as text ]
-A string column is measured in characters: the text's length. A column of lengths stored as text
-(a CSV read with every column a string, ``df.astype(str)`` before ``to_parquet``, a JSON field
-quoted) is a string column too, so ``"120"`` was measured as 3, on every engine, with no error
-(s32-user: a Parquet column of "3", "120", "5" gave the histogram {1: 2, 3: 1}). Real text is
-never numbers alone, so a scan whose every non-null value of a string column is a number written
-as text (:data:`NUMBER_TEXT`: digits, a sign, a decimal part, spaces around) is refused, naming
-the column, a few of its values and how to read them as integers. One value that is not a
-number anywhere in the scan (a word, an empty string) settles it as text: the local scan and
-Ray look at the values of a batch only while its strings are short (at most
-:data:`NUMBER_TEXT_LONGEST` characters) and every earlier batch held numbers alone, Spark runs
-one more job (``limit(1)`` of a value that is not a number) only when the column's longest text
-is that short.
 """
 
 from __future__ import annotations
@@ -32,17 +18,19 @@ from typing import Any
 
 import numpy as np
 
-from bucketloader._arrow import WITH_LENGTH_FN, is_bytes, is_list, is_text, text_lengths
+from bucketloader._arrow import (
+    WITH_LENGTH_FN,
+    is_bytes,
+    is_list,
+    is_text,
+    numbers_as_text,
+    numbers_as_text_error,
+    text_lengths,
+)
 from bucketloader._validation import MAX_LENGTH, check_choice
 from bucketloader.histogram import JointHistogram, LengthHistogram
 
 NULLS = ("raise", "skip")
-
-#: A number written as text (NOTE [ Numbers written as text ]), in the syntax Arrow's RE2 and
-#: Java's regular expressions share.
-NUMBER_TEXT = r"^\s*[-+]?[0-9]+(\.[0-9]+)?\s*$"
-#: Longer text is not looked at: no length below 2**62 takes more than 19 digits.
-NUMBER_TEXT_LONGEST = 32
 
 #: Merge buffered partial histograms once this many are waiting (bounded memory on long scans).
 _MERGE_EVERY = 64
@@ -386,41 +374,6 @@ def _kind(hist: Any) -> tuple[type, int]:
     return type(hist), 1 if isinstance(hist, LengthHistogram) else int(hist.num_inputs)
 
 
-def numbers_as_text(arr: Any) -> list[str] | None:
-    """A few values of a text array (or chunked array) whose every non-null value is a number
-    written as text (NOTE [ Numbers written as text ]); ``[]`` where it has no such value to
-    judge (no non-null value, or an array of type null); ``None`` otherwise (a value that is
-    not a number, or a column that is not text).
-
-    Example:
-        >>> import pyarrow as pa
-        >>> numbers_as_text(pa.array(["3", " 120", None])), numbers_as_text(pa.array(["3", "a"]))
-        (['3', ' 120'], None)
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    t = arr.type
-    if pa.types.is_null(t):
-        return []
-    if pa.types.is_dictionary(t):
-        if not is_text(t.value_type):
-            return None
-        arr = arr.dictionary_decode() if isinstance(arr, pa.Array) else pc.cast(arr, t.value_type)
-    elif not is_text(t):
-        return None
-    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
-        arr = arr.cast(pa.large_string())  # (a string view: no kernels for it, not even filter)
-    values = arr.drop_null()
-    if len(values) == 0:
-        return []
-    if pc.max(pc.utf8_length(values)).as_py() > NUMBER_TEXT_LONGEST:
-        return None
-    if not pc.all(pc.match_substring_regex(values, NUMBER_TEXT)).as_py():
-        return None
-    return [str(v) for v in values.slice(0, 3).to_pylist()]
-
-
 class NumbersAsText:
     """The columns of a scan whose every non-null value so far is a number written as text,
     each with a few of its values (NOTE [ Numbers written as text ])."""
@@ -443,14 +396,3 @@ class NumbersAsText:
         for c, examples in self.found.items():
             if examples:
                 raise ValueError(numbers_as_text_error(c, examples, fix(c)))
-
-
-def numbers_as_text_error(column: str, examples: list[str], fix: str) -> str:
-    """The one error for a string column of numbers (NOTE [ Numbers written as text ])."""
-    shown = ", ".join(repr(v) for v in examples)
-    measured = ", ".join(str(len(v)) for v in examples)
-    return (
-        f"column {column!r} is a string column whose every value is a number ({shown}, ...), "
-        f"and text is measured in characters ({measured}, ...), not read as a number: lengths "
-        f"stored as text? Read them as integers: {fix}"
-    )

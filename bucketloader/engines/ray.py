@@ -51,7 +51,7 @@ __all__ = ["ray_bucket_ids", "ray_histogram"]
 _NULL_ROW = -1
 #: A block's output column of bits, bit i set where every value of the i-th measured column in
 #: the block is a number written as text, or none is non-null (NOTE [ Numbers written as text ]
-#: in :mod:`bucketloader.engines._common`): the same on each of the block's rows, ANDed.
+#: in :mod:`bucketloader._arrow`): the same on each of the block's rows, ANDed.
 _NUMBERS = "numbers_as_text"
 _NOT_KEYS = ("count", _NUMBERS)
 
@@ -131,7 +131,7 @@ def ray_histogram(
         if found is not None:
             raise ValueError(found)
     result = acc.result(what)
-    for i, c in enumerate(columns or []):  # NOTE [ Numbers written as text ] in ._common
+    for i, c in enumerate(columns or []):  # NOTE [ Numbers written as text ] in bucketloader._arrow
         if numbers >> i & 1:
             examples = _numbers_shown(ds, c)
             if examples:
@@ -408,7 +408,7 @@ class _BlockHistogram:
             counts = np.concatenate([counts, [num_nulls]])
         cols = {f"l{i}": pa.array(keys[:, i], pa.int64()) for i in range(width)}
         cols["count"] = pa.array(counts, pa.int64())
-        if self.columns is not None:  # NOTE [ Numbers written as text ] in ._common
+        if self.columns is not None:  # NOTE [ Numbers written as text ] in bucketloader._arrow
             bits = sum(
                 1 << i
                 for i, c in enumerate(self.columns)

@@ -17,19 +17,21 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 from numpy.typing import ArrayLike
 
-from bucketloader._arrow import nested_field
+from bucketloader._arrow import (
+    NUMBER_TEXT,
+    NUMBER_TEXT_LONGEST,
+    nested_field,
+    numbers_as_text_error,
+)
 from bucketloader._types import LazyModule
 from bucketloader._validation import MAX_LENGTH, MissingKeyError
 from bucketloader.boundaries import check_boundaries
 from bucketloader.engines._common import (
-    NUMBER_TEXT,
-    NUMBER_TEXT_LONGEST,
     Accumulator,
     ScanResult,
     check_columns,
     check_nulls,
     missing_column,
-    numbers_as_text_error,
     require,
 )
 
@@ -107,7 +109,7 @@ def spark_histogram(df: sql.DataFrame, column: SparkLength, *, nulls: str = "rai
             raise ValueError(found)
     acc.add_counts(keys, counts, num_nulls)
     result = acc.result(what)
-    for i, item in enumerate(items):  # NOTE [ Numbers written as text ] in ._common
+    for i, item in enumerate(items):  # NOTE [ Numbers written as text ] in bucketloader._arrow
         if keys.size and int(keys[:, i].max()) <= NUMBER_TEXT_LONGEST:
             _check_numbers_as_text(df, item)
     return result
@@ -116,7 +118,7 @@ def spark_histogram(df: sql.DataFrame, column: SparkLength, *, nulls: str = "rai
 def _check_numbers_as_text(df: Any, item: Any) -> None:
     """Raise where ``item`` is a string column whose every non-null value is a number written
     as text: one job that stops at the first value that is not (NOTE [ Numbers written as
-    text ] in :mod:`bucketloader.engines._common`)."""
+    text ] in :mod:`bucketloader._arrow`)."""
     from pyspark.sql import Column
     from pyspark.sql import functions as F
     from pyspark.sql import types as T

@@ -22,7 +22,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bucketloader._arrow import is_bytes, is_list, is_text, text_lengths
+from bucketloader._arrow import (
+    is_bytes,
+    is_list,
+    is_text,
+    numbers_as_text,
+    numbers_as_text_error,
+    text_lengths,
+)
 from bucketloader._types import LazyModule
 from bucketloader._validation import (
     MissingKeyError,
@@ -294,6 +301,11 @@ def column_lengths(arr: Any, path: str) -> np.ndarray:
             f"column {path!r} has type {t}; lengths come from a list column (token ids, audio "
             "arrays), a numeric length column or a string column; otherwise pass fn="
         )
+    if is_text(t):  # NOTE [ Numbers written as text ] in bucketloader._arrow
+        found = numbers_as_text(arr)
+        if found:
+            fix = f"dataset = dataset.cast_column({path!r}, datasets.Value('int64'))"
+            raise ValueError(numbers_as_text_error(path, found, fix))
     parts, offset = [], 0
     for chunk in arr.chunks:
         values = chunk if measure is None else measure(chunk)
