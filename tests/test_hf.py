@@ -1489,3 +1489,30 @@ def test_for_images_plans_height_and_width_and_returns_pixel_mask():
         TypeError, match=r"holds 2-level lists of double; store channels-first.*\)\[None\]$"
     ):
         hf.for_images(datasets.Dataset.from_dict({"pixel_values": [[[0.5]]]}), batch_size=2)
+
+
+def test_nulls_a_filter_left_out_are_not_refused():
+    """s32-user: a null row was refused even after dataset.filter (the fix the error names) had
+    left it out: the column was measured physically and every null checked, where only the
+    rows of the indices mapping are read (NOTE [ Logical order ]). A null the mapping still
+    reads is named by its row and its physical row."""
+    europarl = load_real("europarl")[:400, 0]
+    ids = [None if i % 7 == 3 else [1] * int(n) for i, n in enumerate(europarl)]
+    text = [None if i % 7 == 3 else "x" * int(n) for i, n in enumerate(europarl)]
+    ds = datasets.Dataset.from_dict({"ids": ids, "text": text})
+    with pytest.raises(ValueError, match=r"column 'ids' has a null at physical row 3;"):
+        hf.lengths(ds, "ids")
+    kept = ds.filter(lambda r: r["ids"] is not None)
+    want = [int(n) for i, n in enumerate(europarl) if i % 7 != 3]
+    assert hf.lengths(kept, "ids").tolist() == want
+    assert hf.lengths(kept, ["ids", "text"]).tolist() == [[n, n] for n in want]
+    shuffled = kept.shuffle(seed=0)
+    assert hf.lengths(shuffled, "text").tolist() == [len(t) for t in shuffled["text"]]
+    with pytest.raises(ValueError, match=r"column 'ids' has a null at row 2 \(physical row 3\)"):
+        hf.lengths(ds.select([0, 1, 3, 4]), "ids")
+    # (C, T) rows with a null filtered out: still told they are channel-first (the null's 0
+    # length is not one of the outer lengths)
+    waves = [None, *[[[0.5] * t] for t in (5, 9, 7)]]
+    kept = datasets.Dataset.from_dict({"audio": waves}).filter(lambda r: r["audio"] is not None)
+    with pytest.raises(ValueError, match=r"holds nested lists of 1 lists in every row"):
+        hf.lengths(kept, "audio")

@@ -149,7 +149,7 @@ def lengths(
                 f"measure through it with fn=lambda batch: [len(x) for x in batch[{name!r}]], "
                 "or tokenize with dataset.map"
             ) from None
-        cols.append(column_lengths(arr, path))
+        cols.append(column_lengths(arr, path, indices))
     out = cols[0] if isinstance(column, str) else np.stack(cols, axis=1)
     return out if indices is None else out[indices]
 
@@ -279,8 +279,14 @@ def resolve_column(table: Any, column: str) -> tuple[Any, str]:
     return arr, path
 
 
-def column_lengths(arr: Any, path: str) -> np.ndarray:
-    """Physical-order lengths of one resolved column, computed chunk by chunk (vectorised)."""
+def column_lengths(arr: Any, path: str, indices: np.ndarray | None = None) -> np.ndarray:
+    """Physical-order lengths of one resolved column, computed chunk by chunk (vectorised).
+
+    A null is refused where a logical row reads it: with an indices mapping (``indices``, NOTE
+    [ Logical order ]) a physical row the mapping leaves out may be null, and its length (0) is
+    never read. (s32-user: ``dataset.filter(lambda r: r["ids"] is not None)``, the fix the error
+    names, kept the null physical rows out of the mapping and was refused for them all the same.)
+    """
     t = arr.type
     if is_list(t):
         measure = pc.list_value_length
@@ -306,22 +312,36 @@ def column_lengths(arr: Any, path: str) -> np.ndarray:
         if found:
             fix = f"dataset = dataset.cast_column({path!r}, datasets.Value('int64'))"
             raise ValueError(numbers_as_text_error(path, found, fix))
-    parts, offset = [], 0
+    parts, null_rows, offset = [], [], 0
     for chunk in arr.chunks:
         values = chunk if measure is None else measure(chunk)
         if values.null_count:
-            i = offset + int(np.argmax(values.is_null().to_numpy(zero_copy_only=False)))
-            raise ValueError(
-                f"column {path!r} has a null at physical row {i}; fill or filter the missing "
-                "rows first (dataset.filter(...)) or pass fn= to measure them"
-            )
+            null = np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))
+            if indices is None:
+                raise ValueError(
+                    f"column {path!r} has a null at physical row {offset + int(null[0])}; fill or "
+                    "filter the missing rows first (dataset.filter(...)) or pass fn= to measure "
+                    "them"
+                )
+            null_rows.append(offset + null)
+            values = values.fill_null(0)
         parts.append(values.to_numpy(zero_copy_only=False))
         offset += len(chunk)
+    if null_rows and indices is not None:
+        read = np.isin(indices, np.concatenate(null_rows))
+        if read.any():
+            i = int(np.argmax(read))
+            raise ValueError(
+                f"column {path!r} has a null at row {i} (physical row {int(indices[i])}); fill or "
+                "filter the missing rows first (dataset.filter(...)) or pass fn= to measure them"
+            )
     if not parts:
         return np.zeros(0, dtype=np.int64)
     out = np.concatenate(parts)
     if measure is not None and is_list(t) and is_list(t.value_type) and out.size > 1:
-        _check_not_channel_first(arr, out, path)
+        held = np.delete(out, np.concatenate(null_rows)) if null_rows else out  # (no null's 0)
+        if held.size > 1:
+            _check_not_channel_first(arr, held, path)
     return as_lengths(out, name=f"lengths of column {path!r}") if out.size else out
 
 
