@@ -239,11 +239,17 @@ def scan_parquet(source: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
     if os.path.isdir(text):
         files, skipped, hidden = _walk(text)
         if not files:
+            saved = saved_dataset(text)
             raise FileNotFoundError(
-                f"{text}: the directory holds no Parquet file{_others(skipped, hidden)}; a "
-                "directory is read as the Parquet files under it (*.parquet, or where there is "
-                "none, the files that begin with the Parquet magic bytes PAR1), skipping names "
-                "that start with _ or .: pass the shards' files or a glob that names them"
+                f"{text}: the directory holds no Parquet file{_others(skipped, hidden)}; "
+                + (
+                    saved
+                    if saved
+                    else "a directory is read as the Parquet files under it (*.parquet, or where "
+                    "there is none, the files that begin with the Parquet magic bytes PAR1), "
+                    "skipping names that start with _ or .: pass the shards' files or a glob "
+                    "that names them"
+                )
             )
         return files, skipped
     if os.path.isfile(text):
@@ -331,7 +337,10 @@ def check_parquet(path: str, glob: str | None = None) -> None:
     if head in PARQUET_MAGIC:
         return
     what = path if glob is None else f"the glob {glob} matched {path}, which"
-    if glob is not None:
+    saved = saved_dataset(os.path.dirname(path) or ".")
+    if saved:
+        fix = saved
+    elif glob is not None:
         fix = "a glob names Parquet files only: narrow it to them, e.g. 'data/*.parquet'"
         from glob import has_magic
 
@@ -348,6 +357,45 @@ def check_parquet(path: str, glob: str | None = None) -> None:
     raise ValueError(
         f"{what} is not a Parquet file (it begins with {head!r}, not with the Parquet magic "
         f"bytes PAR1); {fix}"
+    )
+
+
+def saved_dataset(directory: str) -> str:
+    """How to read ``directory`` where ``datasets`` wrote it with ``save_to_disk`` (Arrow files
+    beside its ``state.json``, or a ``DatasetDict``'s ``dataset_dict.json`` over its splits),
+    else ``""``. (s32-user: such a directory was told to pass "the shards' files or a glob", and
+    its ``.arrow`` files, passed so, to "pass the directory itself": a loop, neither of them
+    Parquet.)
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> saved_dataset(d)
+        ''
+        >>> _ = open(os.path.join(d, "state.json"), "w").write("{}")
+        >>> saved_dataset(d).startswith("it was written by datasets' save_to_disk")
+        True
+    """
+    import json
+
+    if os.path.isfile(os.path.join(directory, "state.json")):
+        load = f"datasets.load_from_disk({directory!r})"
+    elif os.path.isfile(os.path.join(directory, "dataset_dict.json")):
+        try:
+            with open(os.path.join(directory, "dataset_dict.json")) as fh:
+                splits = [str(s) for s in json.load(fh)["splits"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            splits = []
+        first = splits[0] if splits else "train"
+        load = f"datasets.load_from_disk({directory!r})[{first!r}]" + (
+            f" (its splits: {', '.join(splits)})" if splits else ""
+        )
+    else:
+        return ""
+    return (
+        "it was written by datasets' save_to_disk (Arrow files, not Parquet): load it, "
+        f"{load}, and pass that Dataset instead (parquet_histogram, bucketloader.hf.lengths and "
+        "the streams read it)"
     )
 
 

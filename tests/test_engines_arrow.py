@@ -1087,3 +1087,42 @@ def test_a_string_column_of_numbers_is_refused_not_measured_in_characters(tmp_pa
     assert r.histogram == LengthHistogram.from_lengths(
         [len(w) for w in words.drop_null().to_pylist()]
     )
+
+
+def test_a_hugging_face_dataset_is_read_and_its_saved_directory_named(tmp_path):
+    """s32-user: a datasets.Dataset was refused as a source ("got Dataset"), its save_to_disk
+    directory was told to pass "the shards' files or a glob", and its .arrow files, so passed,
+    to "pass the directory itself": a loop, as neither is Parquet. A Dataset (or a streamed
+    IterableDataset) is read batch by batch in its logical rows; the directory, its files and
+    a glob of them name datasets.load_from_disk."""
+    datasets = pytest.importorskip("datasets")
+    europarl = load_real("europarl")
+    ds = datasets.Dataset.from_dict(
+        {"ids": [[0] * int(n) for n in europarl[:, 1]], "src": europarl[:, 0]}
+    )
+    ds.save_to_disk(tmp_path / "saved")
+    loaded = datasets.load_from_disk(str(tmp_path / "saved"))
+    r = parquet_histogram(loaded, ["src", "ids"], batch_size=3000)
+    assert r.histogram == JointHistogram.from_lengths(europarl)
+    assert (r.num_rows, r.num_nulls) == (len(europarl), 0)
+    long = loaded.filter(lambda row: row["src"] > 20).shuffle(seed=0)  # an indices mapping
+    assert parquet_histogram(long, "src").histogram == LengthHistogram.from_lengths(
+        europarl[europarl[:, 0] > 20, 0]
+    )
+    streamed = loaded.to_iterable_dataset(num_shards=4)
+    assert parquet_histogram(streamed, "ids").histogram == LengthHistogram.from_lengths(
+        europarl[:, 1]
+    )
+    fix = f"datasets.load_from_disk({str(tmp_path / 'saved')!r}), and pass that Dataset"
+    arrow = sorted((tmp_path / "saved").glob("*.arrow"))[0]
+    for source in (tmp_path / "saved", arrow, str(tmp_path / "saved" / "*.arrow")):
+        with pytest.raises((FileNotFoundError, ValueError)) as info:
+            parquet_histogram(source, "src")
+        assert "written by datasets' save_to_disk" in str(info.value), str(info.value)
+        assert fix in str(info.value) and "pass the directory" not in str(info.value)
+    splits = datasets.DatasetDict({"train": ds, "test": ds.select(range(5))})
+    splits.save_to_disk(tmp_path / "splits")
+    with pytest.raises(FileNotFoundError, match=r"load_from_disk\(.*\)\['train'\] \(its splits"):
+        parquet_histogram(tmp_path / "splits", "src")
+    with pytest.raises(TypeError, match=r"DatasetDict of the splits \['train', 'test'\]"):
+        parquet_histogram(splits, "src")

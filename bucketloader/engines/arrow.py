@@ -83,7 +83,8 @@ def parquet_histogram(
             Parquet shards holds ] in :mod:`bucketloader._arrow`), a glob
             (``"shards/*.parquet"``), a list of files, a ``pyarrow.dataset.Dataset``, a
             ``pyarrow.Table`` or a ``pyarrow.RecordBatchReader`` (or an iterator of record
-            batches; those can be read only once).
+            batches; those can be read only once), or a ``datasets.Dataset`` (its logical rows,
+            a batch at a time; a streamed ``IterableDataset`` with features too).
         column: what to measure: a list column (its list lengths), a string / binary column
             (characters / bytes), an integer column (read as lengths), or a list of such
             columns for a :class:`~bucketloader.histogram.JointHistogram`.
@@ -273,6 +274,9 @@ def _open(
             ("the RecordBatchReader"),
             {},
         )
+    hf = _hf_dataset(source, columns, batch_size)
+    if hf is not None:
+        return hf
     if isinstance(source, Iterator):
         if inspect.isgenerator(source) and inspect.getgeneratorstate(source) == "GEN_CLOSED":
             raise ValueError(
@@ -294,9 +298,47 @@ def _open(
         return first.schema, _chain(first, source), None, "the record batch iterator", {}
     raise TypeError(
         "source must be a Parquet path (file, directory or glob), a list of paths, a "
-        "pyarrow.dataset.Dataset, a pyarrow.Table or a pyarrow.RecordBatchReader, got "
-        f"{type(source).__name__}"
+        "pyarrow.dataset.Dataset, a pyarrow.Table, a pyarrow.RecordBatchReader or a "
+        f"datasets.Dataset, got {type(source).__name__}"
     )
+
+
+def _hf_dataset(
+    source: Any, columns: list[str], batch_size: int
+) -> tuple[Any, Iterator[Any], int | None, str, dict[str, int]] | None:
+    """A Hugging Face ``datasets.Dataset`` opened as :func:`_open` opens a source (``None`` for
+    anything else): its rows in their logical order (after ``filter``, ``select``,
+    ``shuffle``), one batch at a time from its Arrow table (memory-mapped when loaded from disk),
+    only the measured columns; an ``IterableDataset`` (streamed, with its features) the same
+    way, read once through. A ``DatasetDict`` is refused with its splits. (s32-user: a
+    ``load_from_disk`` dataset was refused as a source, and its directory as "no Parquet file".)
+    """
+    if not type(source).__module__.startswith("datasets"):
+        return None
+    if isinstance(source, dict):  # (a DatasetDict: a dict of splits)
+        splits = list(source)
+        raise TypeError(
+            f"source is a datasets.DatasetDict of the splits {splits}; measure one split, "
+            f"e.g. parquet_histogram(source[{(splits or ['train'])[0]!r}], ...)"
+        )
+    if not hasattr(source, "with_format") or not hasattr(source, "select_columns"):
+        return None
+    if source.features is None:  # (an IterableDataset whose columns datasets does not know)
+        raise TypeError(
+            f"source is a datasets.{type(source).__name__} without features (its columns are "
+            "known only once read); give it its features (dataset.cast(features), or "
+            "map(..., features=...)) or pass its Parquet files"
+        )
+    present = [c for c in columns if c in source.features]
+    view = source.select_columns(present) if present else source
+    schema = view.features.arrow_schema
+
+    def batches() -> Iterator[Any]:
+        for table in view.with_format("arrow").iter(batch_size=batch_size):
+            yield from table.to_batches()
+
+    total = len(source) if hasattr(source, "__len__") else None  # (an IterableDataset: none)
+    return schema, batches(), total, f"the datasets.{type(source).__name__}", {}
 
 
 def _check_listed_once(names: list[Any], files: list[str]) -> None:
