@@ -195,6 +195,24 @@ class EpochSampler(Sampler[list[int]]):
     def _config(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _digest_on(self, num_replicas: int) -> str | None:
+        """The plan digest this sampler's data and options make on ``num_replicas`` ranks, less
+        its fill version, where that digest follows the ranks (``None``: it does not, or is not
+        known): NOTE [ An epoch boundary on another number of ranks ]."""
+        return None
+
+    def _current_on_saved_ranks(self, saved: dict[str, Any]) -> bool:
+        """Whether a state's ``saved`` configuration is from other ranks and its plan digest
+        (less its fill version) is the one this sampler's data and options make on them."""
+        theirs, digest = saved.get("num_replicas"), saved.get("plan_digest")
+        return (
+            isinstance(theirs, int)
+            and not isinstance(theirs, bool)
+            and isinstance(digest, str)
+            and 1 <= theirs != self.num_replicas
+            and re.sub(r"/fill=\d+", "", digest) == self._digest_on(theirs)
+        )
+
     def __len__(self) -> int:
         return self._len
 
@@ -378,8 +396,13 @@ class EpochSampler(Sampler[list[int]]):
 
         Raises ``ValueError`` if ``state`` comes from another configuration, naming both values.
         """
+        config = self._config()
+        saved = state.get("config") if isinstance(state, dict) else None
+        if isinstance(saved, dict) and self._current_on_saved_ranks(saved):
+            # (the saved ranks' plan of this data and these options: the ranks alone differ)
+            config = {**config, "plan_digest": saved["plan_digest"]}
         epoch, pos = _check_state(
-            state, self._config(), type(self).__name__, ranked=self._digest_follows_ranks
+            state, config, type(self).__name__, ranked=self._digest_follows_ranks
         )
         self.epoch, self._start, self._yielded = epoch, pos, pos
         self._passes = _Passes(advanced=self._passes.advanced)
@@ -614,10 +637,9 @@ class BucketSampler(SpecShapes, EpochSampler):
             self.accumulate = check_accumulate(accumulate, self.spec, self.weights)
             # leftovers fill longer cells' spare rows (NOTE [ Promotion of leftovers ])
             self.promotion: Promotion | None = None
-            if self._promotes and promotes(given) and self.weights is None and self.accumulate == 1:
-                spec, promotion = promoted_spec(given, self.num_replicas)
-                if promotion.num_promoted:  # else the even plan is the same plan
-                    self._even, self.spec, self.promotion = self.spec, spec, promotion
+            spec, promotion = self._promoted(self.spec, self.num_replicas)
+            if promotion is not None:
+                self._even, self.spec, self.promotion = self.spec, spec, promotion
             own = self._own_arguments()  # (before the digest: a subclass's plan needs them)
             self._agree_with_group(
                 num_replicas,
@@ -996,8 +1018,13 @@ class BucketSampler(SpecShapes, EpochSampler):
         steps held other samples) with the epoch to start over.
         """
         saved = state.get("config") if isinstance(state, dict) else None
+        # (a state of this data and options on other ranks is not an older version's, whose
+        # digests the checks below look for: on 1 rank, or where the saved ranks promoted
+        # nothing, this version's digest is the given or the even spec's, s32-user)
+        older = not (isinstance(saved, dict) and self._current_on_saved_ranks(saved))
         if (
-            isinstance(saved, dict)
+            older
+            and isinstance(saved, dict)
             and self.promotion is not None
             and saved.get("plan_digest")
             in (self._plan_digest(spec=self._even), self._plan_digest(1, spec=self._even))
@@ -1009,7 +1036,8 @@ class BucketSampler(SpecShapes, EpochSampler):
                 promote=False,
             )
         if (
-            isinstance(saved, dict)
+            older
+            and isinstance(saved, dict)
             and self.spec is not self._given
             and saved.get("plan_digest") == self._plan_digest(spec=self._given)
         ):
@@ -1109,15 +1137,47 @@ class BucketSampler(SpecShapes, EpochSampler):
             "plan_digest": self._plan_digest(),
         }
 
+    def _promoted(self, even: BucketSpec, replicas: int) -> tuple[BucketSpec, Promotion | None]:
+        """The spec planned on ``replicas`` ranks from their even spec (``even``:
+        ``given.for_replicas(replicas)``) and its promotion, ``None`` where none applies or
+        nothing is promoted (the even plan is then the same plan)."""
+        given = self._given
+        if self._promotes and promotes(given) and self.weights is None and self.accumulate == 1:
+            spec, promotion = promoted_spec(given, replicas)
+            if promotion.num_promoted:
+                return spec, promotion
+        return even, None
+
+    def _digest_on(self, num_replicas: int) -> str | None:
+        """NOTE [ An epoch boundary on another number of ranks ]: under ``max_tokens`` the spec
+        follows the ranks (each bucket's batches split evenly over them, NOTE [ Even batches ],
+        and the leftovers promoted), so its digest does too, and a state saved between epochs on
+        other ranks was refused for it (s32-user: ``BucketSampler(..., max_tokens=...)`` saved
+        after ``set_epoch`` on 4 ranks, refused on 2). The saved ranks' digest is recomputed from
+        the spec this sampler was given (a few arrays of ``K`` buckets, no sample)."""
+        try:
+            even = self._given.for_replicas(num_replicas)
+            spec, promotion = self._promoted(even, num_replicas)
+        except ValueError:  # (options the saved ranks could not plan: compared as they are)
+            return None
+        return self._plan_digest(spec=spec, promoted=promotion is not None, fill=False)
+
     def _plan_digest(
-        self, plan_version: int = PLAN_VERSION, spec: Any = None, *, fill: bool = True
+        self,
+        plan_version: int = PLAN_VERSION,
+        spec: Any = None,
+        *,
+        fill: bool = True,
+        promoted: bool | None = None,
     ) -> str:
         """The digest of ``spec`` (default: the planned one), the accumulation, the promotion,
         with ``shuffle`` the version of the within-bucket shuffle (NOTE [ Counter-based
         shuffle ]; version 1 had no suffix) and ``/fill=2`` where ``last_batch="fill"`` fills a
         small bucket's step with shorter samples (NOTE [ Filling a small bucket ];
-        ``fill=False``: the digest a state saved before that carries)."""
-        promoted = spec is None and self.promotion is not None  # (another spec: not promoted)
+        ``fill=False``: the digest a state saved before that carries; ``promoted``: whether
+        ``spec`` is a promoted one, default: only the planned one is)."""
+        if promoted is None:
+            promoted = spec is None and self.promotion is not None  # (another spec: not promoted)
         digest = (self.spec if spec is None else spec).digest
         if self.accumulate != 1:
             digest += f"/accumulate={self.accumulate}"
