@@ -398,11 +398,24 @@ class EpochSampler(Sampler[list[int]]):
         """
         config = self._config()
         saved = state.get("config") if isinstance(state, dict) else None
+        other_plan = False
         if isinstance(saved, dict) and self._current_on_saved_ranks(saved):
             # (the saved ranks' plan of this data and these options: the ranks alone differ)
             config = {**config, "plan_digest": saved["plan_digest"]}
+        elif isinstance(saved, dict) and saved.get("num_replicas") != self.num_replicas:
+            theirs = saved.get("num_replicas")
+            other_plan = (  # (data or options differ beside the ranks: their error, not the ranks')
+                isinstance(theirs, int)
+                and not isinstance(theirs, bool)
+                and theirs >= 1
+                and self._digest_on(theirs) is not None
+            )
         epoch, pos = _check_state(
-            state, config, type(self).__name__, ranked=self._digest_follows_ranks
+            state,
+            config,
+            type(self).__name__,
+            ranked=self._digest_follows_ranks,
+            other_plan=other_plan,
         )
         self.epoch, self._start, self._yielded = epoch, pos, pos
         self._passes = _Passes(advanced=self._passes.advanced)
@@ -1328,6 +1341,7 @@ def _check_state(
     *,
     epochs: bool = True,
     ranked: bool = False,
+    other_plan: bool = False,
 ) -> tuple[int, int]:
     """Validate ``state`` against this sampler's ``config``; return ``(epoch, batches_yielded)``.
 
@@ -1336,6 +1350,9 @@ def _check_state(
     number of ranks says to evaluate again rather than to go on with the next epoch.
     ``ranked``: the plan digest itself follows the ranks (a ``ShardedSampler``'s hashes the
     ranks' shards), so a state saved between epochs on other ranks is not checked against it.
+    ``other_plan``: the state is from other ranks and its plan digest is not the one this
+    sampler's data and options make on them (:meth:`EpochSampler._digest_on`), so the plan's
+    error is raised rather than the ranks'.
     """
     if not isinstance(state, dict):
         raise not_a_state(state, owner)
@@ -1395,6 +1412,8 @@ def _check_state(
                 f"from {owner}.state_dict()"
             )
         epoch = state.get("epoch")
+        if key == "num_replicas" and (other_plan or _differs_beyond_ranks(saved, config)):
+            continue  # (s32-user: "resume on 4 ranks" was said of a state of other options)
         if saved[key] != value and key == "num_replicas" and isinstance(epoch, int):
             same_plan = _same_but_ranks(saved, config, ranked=ranked)
             between = "; one saved between epochs would load on any number" if same_plan else ""
@@ -1441,6 +1460,16 @@ def _check_state(
         )
     _warn_unknown_keys(state, config, owner)
     return epoch, pos
+
+
+def _differs_beyond_ranks(saved: Mapping[str, Any], config: Mapping[str, Any]) -> bool:
+    """Whether an option or the data differ too, beside the ranks: a key other than what the
+    ranks alone decide (:func:`_rank_free`) and the plan digest that the state has with another
+    value. Its own error then names it: the ranks' error said to resume on the saved ranks,
+    which would refuse the state for that key next."""
+    one_rank = 1 in (saved.get("num_replicas"), config.get("num_replicas"))
+    theirs, mine = (_rank_free(c, one_rank=one_rank, ranked=True) for c in (saved, config))
+    return any(k in theirs and theirs[k] != v for k, v in mine.items())
 
 
 def _plain_ints(state: dict[str, Any]) -> dict[str, Any]:
@@ -1522,21 +1551,23 @@ def _same_but_ranks(
     sampler's state saved between epochs on 1 rank was refused on 2 (its digest gained
     ``/fill=2``), and a ``balance=True`` one's on 3 ranks refused on 1."""
     one_rank = 1 in (saved.get("num_replicas"), config.get("num_replicas"))
-
-    def plan(c: Mapping[str, Any]) -> dict[str, Any]:
-        out = {k: v for k, v in c.items() if k not in _RANK_KEYS and k not in _LATER_KEYS}
-        if ranked:  # (the digest hashes the ranks' shards: _boundary_on_other_ranks)
-            out.pop("plan_digest", None)
-        if isinstance(out.get("plan_digest"), str):
-            out["plan_digest"] = re.sub(r"/fill=\d+", "", out["plan_digest"])
-        if one_rank and "balance" in out:
-            del out["balance"]
-            if isinstance(out.get("plan_digest"), str):
-                out["plan_digest"] = re.sub(r"/w\d+", "", out["plan_digest"])
-        return out
-
-    theirs, mine = plan(saved), plan(config)
+    theirs, mine = (_rank_free(c, one_rank=one_rank, ranked=ranked) for c in (saved, config))
     return all(theirs.get(k, k) == v for k, v in mine.items())
+
+
+def _rank_free(c: Mapping[str, Any], *, one_rank: bool, ranked: bool) -> dict[str, Any]:
+    """A configuration less what the number of ranks alone decides (:func:`_same_but_ranks`);
+    ``ranked``: less the plan digest too."""
+    out = {k: v for k, v in c.items() if k not in _RANK_KEYS and k not in _LATER_KEYS}
+    if ranked:  # (the digest hashes the ranks' shards: _boundary_on_other_ranks)
+        out.pop("plan_digest", None)
+    if isinstance(out.get("plan_digest"), str):
+        out["plan_digest"] = re.sub(r"/fill=\d+", "", out["plan_digest"])
+    if one_rank and "balance" in out:
+        del out["balance"]
+        if isinstance(out.get("plan_digest"), str):
+            out["plan_digest"] = re.sub(r"/w\d+", "", out["plan_digest"])
+    return out
 
 
 _STATE_KEYS = frozenset({"version", "sampler", "epoch", "batches_yielded", "config"})

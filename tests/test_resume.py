@@ -405,6 +405,36 @@ def test_a_state_between_epochs_loads_on_another_number_of_ranks(kind, before, a
         make(after).load_state_dict(roundtrip(saved.state_dict()))
 
 
+@pytest.mark.parametrize("options", ["seed", "num_samples", "max_tokens"])
+def test_a_state_of_other_options_on_other_ranks_names_the_option_not_the_ranks(options):
+    """s32-user: a state saved on 4 ranks, loaded on 2 by a sampler of other data or options,
+    was refused for its ranks: "Resume on 4 rank(s) to finish epoch 4 exactly", where the state
+    would then be refused for what else differs. That is named instead, between epochs and
+    within one."""
+    lengths = load_real("commonvoice")[:3000]
+
+    def make(replicas, seed=1, n=3000, max_tokens=60_000):
+        return BucketSampler(lengths[:n], num_buckets=6, max_tokens=max_tokens, seed=seed,
+                             num_replicas=replicas, rank=0)  # fmt: skip
+
+    other = {
+        "seed": dict(seed=2),
+        "num_samples": dict(n=2999),
+        "max_tokens": {"max_tokens": 50_000},
+    }
+    named = {"seed": "seed=1 in the state", "num_samples": "num_samples=3000 in the state",
+             "max_tokens": r"num_batches=\d+ in the state.*max_tokens"}  # fmt: skip
+    saved = make(4)
+    saved.set_epoch(4)
+    for state in (roundtrip(saved.state_dict()), None):
+        if state is None:
+            next(iter(saved))  # within the epoch
+            state = roundtrip(saved.state_dict())
+        with pytest.raises(ValueError, match=named[options]) as exc:
+            make(2, **other[options]).load_state_dict(state)
+        assert "Resume on 4 rank(s)" not in str(exc.value)
+
+
 @pytest.mark.parametrize("kind", ["bucket-fill", "pack-fill", "pack-balance"])
 @pytest.mark.parametrize("before, after", [(1, 2), (2, 8), (8, 1), (3, 1)])
 def test_a_state_between_epochs_loads_on_another_number_of_ranks_whatever_they_decide(
