@@ -11,12 +11,13 @@ quoted) is a string column too, so ``"120"`` was measured as 3, on every engine,
 never numbers alone, so a scan whose every non-null value of a string column is a number written
 as text (:data:`NUMBER_TEXT`: digits, a sign, a decimal part, spaces around) is refused, naming
 the column, a few of its values and how to read them as integers. One value that is not a
-number anywhere in the scan (a word, an empty string) settles it as text: the local scan and
-Ray look at the values of a batch only while its strings are short (at most
-:data:`NUMBER_TEXT_LONGEST` characters) and every earlier batch held numbers alone, Spark runs
-one more job (``limit(1)`` of a value that is not a number) only when the column's longest text
-is that short. ``bucketloader.hf.lengths`` refuses such a column too (it reads the whole column:
-``dataset.cast_column`` to an integer ``Value`` is the fix).
+number anywhere in the scan (a word, an empty string) settles it as text. The values of a batch
+are matched only while its strings are short (at most :data:`NUMBER_TEXT_LONGEST` characters):
+the local scan stops looking once a batch settles it, each Ray block looks at its own (a bit per
+column, ANDed on the driver), Spark runs one more job (``limit(1)`` of a value that is not a
+number) only when the column's longest text is that short. ``bucketloader.hf.lengths`` refuses
+such a column too (it reads the whole column: ``dataset.cast_column`` to an integer ``Value`` is
+the fix).
 """
 
 from __future__ import annotations
