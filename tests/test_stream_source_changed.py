@@ -54,6 +54,18 @@ def _pack(source, **kw):
     )
 
 
+def _split(source, **kw):
+    return PackIterable(
+        source,
+        length_fn="input_ids",
+        row_length=16,
+        batch_size=2,
+        overflow="split",
+        open_rows=4,
+        **kw,
+    )
+
+
 MAKERS = {
     "bucket": lambda s: _bucket(s, shuffle_buffer=64),
     "bucket-fill": lambda s: _bucket(s, shuffle_buffer=16, last_batch="fill"),
@@ -197,6 +209,29 @@ def test_replay_behind_workers_is_exact_and_refuses_a_changed_source(name):
     again = make(Src(LENGTHS))
     again.load_state_dict(old)
     assert head + _ids(_loader(again)) == whole
+
+
+def test_a_replay_over_rows_of_whole_split_pieces_refuses_a_document_inserted_before_them():
+    # s32-rev's L2: under overflow="split" worker 0's first batch was two whole 16-token pieces
+    # of its first document, as full with a document inserted at the front as without, so the
+    # trace matched and 32 tokens trained twice, 32 never; a split document's whole length now
+    # joins the trace as it is read
+    first = _split(Src(LENGTHS))
+    it = iter(_loader(first))
+    head = [next(it)]
+    del it
+    assert [len(x["input_ids"]) for x in head[0]] == [16, 16]
+    assert len({x["id"] for x in head[0]}) == 1  # one document's whole pieces
+    state = json.loads(json.dumps(first.state_dict(batches_consumed=1)))
+    again = _split(Src(LENGTHS))
+    again.load_state_dict(state)
+    whole = [[(x["id"], len(x["input_ids"])) for x in b] for b in _loader(_split(Src(LENGTHS)))]
+    rest = [[(x["id"], len(x["input_ids"])) for x in b] for b in _loader(again)]
+    assert [[(x["id"], len(x["input_ids"])) for x in b] for b in head] + rest == whole
+    changed = _split(Src([7, *LENGTHS]))
+    changed.load_state_dict(state)
+    with pytest.raises(ValueError, match=REPLAYED):
+        list(_loader(changed))
 
 
 def test_a_replay_that_ends_before_the_resume_point_is_refused():
@@ -416,7 +451,7 @@ def test_the_two_refusals_of_a_changed_source_say_the_same_after_naming_their_di
         assert said in common
 
 
-@pytest.mark.parametrize("make", [_bucket, _pack], ids=["bucket", "pack"])
+@pytest.mark.parametrize("make", [_bucket, _pack, _split], ids=["bucket", "pack", "split"])
 def test_a_replay_state_after_a_worker_checkpoint_resume_is_still_checked(make, tmp_path):
     # s31-stream: a worker resumed from its checkpoint (an exact state) knew no trace, so every
     # later replay state recorded None for it and its resume was not checked; an exact state

@@ -337,7 +337,9 @@ class Pass:
         batch also folds a hash (blake2b) of its documents per row and their lengths:
         best fit fills its rows, so nearly every batch of ``PackIterable`` has ``batch_size`` rows
         of ``row_length`` tokens, and a trace of those alone missed a document inserted at the
-        front (s31-user2: default ``open_rows``, rows of 64, every batch 128 tokens). The worker
+        front (s31-user2: default ``open_rows``, rows of 64, every batch 128 tokens); and a
+        document ``overflow="split"`` cuts folds its whole length when read (``_trace_split`` in
+        :mod:`bucketloader.stream._rows`: its whole pieces read alike, s32-rev). The worker
         writes it to its row of the shared counters after every batch, a few microseconds
         (``benchmarks/stream_state_cost.py``), keeping the newest
         :data:`~bucketloader.stream.counters.TRACE_KEPT` (each slot with its batch count in the same

@@ -118,7 +118,7 @@ from bucketloader._samples import length_reader, stream_len
 from bucketloader.pack.spec import SOLVER_VERSION, pack_rows
 from bucketloader.pack.split import cut
 from bucketloader.plan import PlannedBatch
-from bucketloader.stream._engine import Pass
+from bucketloader.stream._engine import TRACE_MOD, Pass
 from bucketloader.stream.counters import RefusedResume
 from bucketloader.stream.source import check_length
 
@@ -272,6 +272,16 @@ class RowPass(Pass):
             for j, a in enumerate(range(0, n, limit))
         ]
 
+    def _trace_split(self, length: int) -> None:
+        """Fold the whole ``length`` of a document ``overflow="split"`` cut into the trace when it
+        is read (NOTE [ A replay over a source without a length ]): its pieces of ``row_length``
+        tokens fill rows that read alike whatever document they came from, so a batch of whole
+        pieces told nothing, and a document inserted before them went unseen (s32-rev: 32 tokens
+        trained twice, 32 never). Folded as read, not as batched: a resume's taking back of the
+        pieces it holds calls :meth:`pieces`, not this, so the trace it goes on from is kept."""
+        if self.trace is not None:
+            self.trace = (self.trace * 1_000_003 + length * 131 + 7) % TRACE_MOD
+
     def _place(self, item: tuple[int, int], sample: Any, size: int) -> None:
         o = self.o
         caps = self.caps
@@ -388,7 +398,10 @@ class RowPass(Pass):
             self.read = pos + 1
             if stateful and self.read % every == 0:
                 self._snapshot()
-            for piece, part, size in pieces(pos, sample):
+            got = pieces(pos, sample)
+            if len(got) > 1:  # a split document: its whole length joins the trace
+                self._trace_split(sum(size for _, _, size in got))
+            for piece, part, size in got:
                 place((pos, piece), part, size)
             if len(self.ready) >= bsz:
                 return
