@@ -2245,10 +2245,11 @@ _CAUSAL_HEADS = ("ForCausalLM", "LMHeadModel")
 # so on which probe comes next). A rank whose
 # probe raises (the model's own failures are caught inside: "no pass") joins the reduction
 # before it re-raises, and the others stop with an error naming it, rather than waiting for it.
-# DeepSpeed ZeRO-3 partitions parameters as the model is built (each rank holds a slice, the
-# module an empty tensor): no rank can make the pass there (read from DeepSpeed's code; neither
-# DeepSpeed nor FSDP is turned on by accelerate on a CPU-only machine). The probe's collectives
-# are on the default group, on args.device (NCCL takes CUDA tensors).
+# DeepSpeed ZeRO-3 partitions parameters as the model is built (from_pretrained or from_config
+# under zero.Init: each rank holds a slice, the module an empty tensor with a ds_id): no rank can
+# make the pass there; ZeRO-1 and -2 leave the model whole, and it runs (both checked with
+# DeepSpeed 0.19.8 on 2 CPU processes, s32-fsdp). The probe's collectives are on the default
+# group, on args.device (NCCL takes CUDA tensors).
 
 
 def _agreed_leak(probe: Callable[[], float | None], device: Any, owner: str) -> float | None:
