@@ -2242,9 +2242,9 @@ _CAUSAL_HEADS = ("ForCausalLM", "LMHeadModel")
 # is each rank's own, where the model is (Trainer does not move it to the accelerator under FSDP
 # or DeepSpeed: on the CPU unless the user moved it); a model the user sharded already makes it
 # collectively, every rank the same calls in the same order (the ranks agree on each answer,
-# so on which probe comes next). A rank whose
-# probe raises (the model's own failures are caught inside: "no pass") joins the reduction
-# before it re-raises, and the others stop with an error naming it, rather than waiting for it.
+# so on which probe comes next). A rank whose probe raises (the model's own failures are caught
+# inside: "no pass") joins the reduction before it re-raises, and the others stop with an error
+# naming it, rather than waiting for it.
 # DeepSpeed ZeRO-3 partitions parameters as the model is built (from_pretrained or from_config
 # under zero.Init: each rank holds a slice, the module an empty tensor with a ds_id): no rank can
 # make the pass there; ZeRO-1 and -2 leave the model whole, and it runs (both checked with
