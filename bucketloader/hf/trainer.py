@@ -581,7 +581,6 @@ class _BucketMixin:
             # every rank probes, and all take the largest leak (NOTE [ The probe on every rank ])
             return _agreed_leak(
                 lambda: _packing_leak(self.model, attention, collate, at, use_cache=use_cache),
-                self.args.device,
                 owner,
             )
 
@@ -2248,31 +2247,26 @@ _CAUSAL_HEADS = ("ForCausalLM", "LMHeadModel")
 # DeepSpeed ZeRO-3 partitions parameters as the model is built (from_pretrained or from_config
 # under zero.Init: each rank holds a slice, the module an empty tensor with a ds_id): no rank can
 # make the pass there; ZeRO-1 and -2 leave the model whole, and it runs (both checked with
-# DeepSpeed 0.19.8 on 2 CPU processes, s32-fsdp). The probe's collectives are on the default
-# group, on args.device (NCCL takes CUDA tensors).
+# DeepSpeed 0.19.8 on 2 CPU processes, s32-fsdp). The reduction is the default group's, on
+# bucketloader._dist's device (the current CUDA device under NCCL, else the CPU).
 
 
-def _agreed_leak(probe: Callable[[], float | None], device: Any, owner: str) -> float | None:
+def _agreed_leak(probe: Callable[[], float | None], owner: str) -> float | None:
     """``probe()``'s answer that every rank agrees on: the largest leak any rank measured,
     ``None`` where none could make a pass (NOTE [ The probe on every rank ]). In one process,
     ``probe()`` itself."""
-    dist = torch.distributed
-    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+    from bucketloader._dist import all_reduce_max, default_ranks
+
+    world, rank = default_ranks()
+    if world == 1:
         return probe()
     failed: Exception | None = None
     try:
         leak = probe()
     except Exception as exc:  # (joins the reduction first: the others are waiting in it)
         failed, leak = exc, None
-    rank = dist.get_rank()
     # [the largest leak (-1: no pass made), 1 + the highest rank whose probe raised]
-    both = torch.tensor(
-        [-1.0 if leak is None else leak, rank + 1.0 if failed else 0.0],
-        dtype=torch.float32,
-        device=device,
-    )
-    dist.all_reduce(both, op=dist.ReduceOp.MAX)
-    largest, broke = both.tolist()
+    largest, broke = all_reduce_max([-1.0 if leak is None else leak, rank + 1.0 if failed else 0.0])
     if failed is not None:
         raise failed
     if broke:
