@@ -424,6 +424,18 @@ def all_reduce_sum(counts: np.ndarray) -> np.ndarray:
     return t.cpu().numpy()  # type: ignore[no-any-return]
 
 
+def all_reduce_max(values: list[float]) -> list[float]:
+    """``values``, each the largest over the ranks of the default process group (one
+    ``all_reduce`` of float32; every rank must call it with as many values)."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float32, device=comm_device())
+    with collectives():
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return [float(v) for v in t.cpu().tolist()]
+
+
 def broadcast_lists(values: list[list[int]]) -> list[list[int]]:
     """Rank 0's lists of ints, on every rank (boundaries estimated on rank 0's head)."""
     import torch

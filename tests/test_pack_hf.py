@@ -623,10 +623,13 @@ def test_the_packing_probe_reads_a_model_that_prepends_tokens(tmp_path):
         hf.BucketTrainer(model=Whole(layout), args=args, bucketing=packed)
 
 
-def test_under_deepspeed_or_fsdp_the_start_is_checked_without_the_probe(tmp_path):
-    """No forward pass is made outside a sharded engine (NOTE [ Models that mix packed documents
-    ]), so there the probe is skipped: a cache is not seen; the position start, read from the
-    model's table, is still refused (s31-tidyB: neither was tested)."""
+def test_under_deepspeed_or_fsdp_the_packing_probe_runs(tmp_path):
+    """s32: the probe was skipped under DeepSpeed and FSDP (a RoBERTa packed from 2 with the
+    default attention, or a model trained with a cache, mixed documents there, silently). The
+    model is not wrapped yet when the trainer is built, so it runs there as anywhere (NOTE
+    [ The probe on every rank ]); only parameters no rank holds whole (ZeRO-3's partitions, the
+    meta device) skip it, and the position start, read from the model's table, is still
+    refused there (s31-tidyB)."""
 
     class Sharded(hf.BucketTrainer):  # (Trainer's own __init__ sets the flag: on after it)
         is_deepspeed_enabled = property(
@@ -639,15 +642,24 @@ def test_under_deepspeed_or_fsdp_the_start_is_checked_without_the_probe(tmp_path
 
     ds = _short_dataset()
     args = _roberta_args(tmp_path, max_steps=1, use_cache=True)
+    start = hf.for_packing(ds, pad_token_id=1, row_length=32, batch_size=2)
+    with pytest.raises(ValueError, match="does not keep the packed documents") as err:
+        Sharded(model=_roberta(causal=True, positions=40), args=args, bucketing=start)
+    assert "position_ids_start=2, attention='mask'), which RobertaForCausalLM" in str(err.value)
+    packed = hf.for_packing(ds, pad_token_id=0, row_length=32, batch_size=2)
+    with pytest.raises(ValueError, match="and a cache"):
+        Sharded(model=_model("sdpa"), args=args, bucketing=packed)
+    partitioned = _model("sdpa")
+    for i, p in enumerate(partitioned.parameters()):  # (as deepspeed.zero.Init leaves them)
+        p.ds_id = i
+    Sharded(model=partitioned, args=args, bucketing=packed)  # (no pass: no rank has it whole)
+    roberta = _roberta(causal=True, positions=40)
+    for p in roberta.parameters():
+        p.ds_id = 0
     with pytest.raises(ValueError) as err:
-        packed = hf.for_packing(ds, pad_token_id=1, row_length=32, batch_size=2)
-        Sharded(model=_roberta(causal=True, positions=40), args=args, bucketing=packed)
+        Sharded(model=roberta, args=args, bucketing=start)
     assert "does not keep" not in str(err.value)
     assert str(err.value).endswith("; pack with hf.for_packing(..., position_ids_start=2)")
-    packed = hf.for_packing(ds, pad_token_id=0, row_length=32, batch_size=2)
-    Sharded(model=_model("sdpa"), args=args, bucketing=packed)  # (a cache: not seen there)
-    with pytest.raises(ValueError, match="and a cache"):
-        hf.BucketTrainer(model=_model("sdpa"), args=args, bucketing=packed)  # (seen here)
 
 
 def test_sliding_window_layers_take_a_mask_per_layer_kind(tmp_path):

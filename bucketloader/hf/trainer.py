@@ -572,17 +572,20 @@ class _BucketMixin:
                 "learned for it"
             )
         at = start if start is not None else given  # (the probe runs at the right start)
-        sharded = any(getattr(self, f, False) for f in ("is_deepspeed_enabled", "is_fsdp_enabled"))
         # called as training calls it (no use_cache: each config says), but without a cache
         # where gradient checkpointing turns it off in training (NOTE [ Models that mix packed
         # documents ])
         trained = False if self._checkpointing() else None
 
         def leaks(attention: str, use_cache: bool | None = trained) -> float | None:
-            return _packing_leak(self.model, attention, collate, at, use_cache=use_cache)
+            # every rank probes, and all take the largest leak (NOTE [ The probe on every rank ])
+            return _agreed_leak(
+                lambda: _packing_leak(self.model, attention, collate, at, use_cache=use_cache),
+                owner,
+            )
 
-        leak = None if sharded else leaks(collate.attention)
-        if not leak:  # (kept apart, or no pass could be made: a sharded model makes none)
+        leak = leaks(collate.attention)
+        if not leak:  # (kept apart, or no pass could be made on any rank)
             if moved:
                 raise ValueError(
                     f"{wrong}; pack with hf.for_packing(..., position_ids_start={start})"
@@ -2134,21 +2137,23 @@ def _position_start(model: Any) -> tuple[int | None, str]:
 # first documents different, the second the same): where documents are kept apart the second
 # document's logits are the same in both rows (masked scores weigh exactly 0, and both rows
 # take the same kernels), where they are not they differ. A few tokens in eval mode without
-# gradients: milliseconds (forward hooks the user put on the model see that pass too). It is
-# skipped where no forward pass can be made outside training (DeepSpeed, FSDP, parameters on
-# the meta device) and where the pass fails (a flash-attention batch on a CPU: training says
-# why). A compiled model runs it uncompiled (torch.compiler.set_stance("force_eager"), torch
-# >= 2.6; skipped on older torch), so the plan's graphs stay the only ones (not on a lazy-tensor
-# device, XLA or HPU, where the stance does not apply: there the pass is traced and compiled as a
-# small graph of its own, once per variant probed, when the trainer is built; read from the code,
-# not run); its rows number positions from the collator's position_ids_start, as the packed rows
-# do. The logits read are the row's last three: a model that puts tokens of its own first (PEFT's
-# prompt tuning and p-tuning, which also ignore position_ids, and mix) returns more rows than the
-# row's tokens. The model is called as training calls it, without use_cache (each config says;
-# none under gradient checkpointing of the whole model, not of one tower: each module turns off
-# its own cache): with a cache transformers finds no documents in position_ids, so
-# TrainingArguments(use_cache=True) mixes, and so does a model over a language model whose
-# text_config.use_cache stays True (Trainer sets only model.config.use_cache).
+# gradients: milliseconds (forward hooks the user put on the model see that pass too). Every rank
+# of a distributed run probes, and all take the same decision (NOTE [ The probe on every rank ]).
+# It is skipped where no forward pass can be made outside training (parameters on the meta device,
+# DeepSpeed ZeRO-3's partitioned ones) and where the pass fails (a flash-attention batch on a CPU:
+# training says why). A compiled model runs it uncompiled
+# (torch.compiler.set_stance("force_eager"), torch >= 2.6; skipped on older torch), so the plan's
+# graphs stay the only ones (not on a lazy-tensor device, XLA or HPU, where the stance does not
+# apply: there the pass is traced and compiled as a small graph of its own, once per variant
+# probed, when the trainer is built; read from the code, not run); its rows number positions from
+# the collator's position_ids_start, as the packed rows do. The logits read are the row's last
+# three: a model that puts tokens of its own first (PEFT's prompt tuning and p-tuning, which also
+# ignore position_ids, and mix) returns more rows than the row's tokens. The model is called as
+# training calls it, without use_cache (each config says; none under gradient checkpointing of the
+# whole model, not of one tower: each module turns off its own cache): with a cache transformers
+# finds no documents in position_ids, so TrainingArguments(use_cache=True) mixes, and so does a
+# model over a language model whose text_config.use_cache stays True (Trainer sets only
+# model.config.use_cache).
 # Two things no probe of two packed rows can see are checked from the model's class and tables:
 # * Where the packed positions start. A learned position table counts from 0 (BERT, GPT-2; OPT
 #   and BART add their offset themselves) or, with a padding_idx, from padding_idx + 1
@@ -2223,6 +2228,56 @@ def _check_sliding_window(model: Any, collate: Any, who: str, argument: str) -> 
 _CAUSAL_HEADS = ("ForCausalLM", "LMHeadModel")
 
 
+# NOTE [ The probe on every rank ]
+# In a distributed run every rank builds the trainer, and each must make the same decision: one
+# that refused while the others trained would leave them waiting in training's first collective
+# (for NCCL's whole timeout). Each rank may see the model differently when the trainer is built:
+# under FSDP with cpu_ram_efficient_loading, from_pretrained leaves ranks > 0 on the meta device
+# (their weights come from rank 0 when training wraps the model), so only rank 0 can probe; a
+# model built without a seed has other weights on each rank. So every rank runs each probe on
+# the same two rows, and the ranks take the largest leak (all_reduce MAX; -1 where a rank made
+# no pass): all refuse with the same numbers, or all go on. The model is not wrapped yet when
+# the trainer is built (Trainer wraps it for FSDP, DeepSpeed or DDP in train()), so the pass
+# is each rank's own, where the model is (Trainer does not move it to the accelerator under FSDP
+# or DeepSpeed: on the CPU unless the user moved it); a model the user sharded already makes it
+# collectively, every rank the same calls in the same order (the ranks agree on each answer,
+# so on which probe comes next). A rank whose probe raises (the model's own failures are caught
+# inside: "no pass") joins the reduction before it re-raises, and the others stop with an error
+# naming it, rather than waiting for it.
+# DeepSpeed ZeRO-3 partitions parameters as the model is built (from_pretrained or from_config
+# under zero.Init: each rank holds a slice, the module an empty tensor with a ds_id): no rank can
+# make the pass there; ZeRO-1 and -2 leave the model whole, and it runs (both checked with
+# DeepSpeed 0.19.8 on 2 CPU processes, s32-fsdp). The reduction is the default group's, on
+# bucketloader._dist's device (the current CUDA device under NCCL, else the CPU).
+
+
+def _agreed_leak(probe: Callable[[], float | None], owner: str) -> float | None:
+    """``probe()``'s answer that every rank agrees on: the largest leak any rank measured,
+    ``None`` where none could make a pass (NOTE [ The probe on every rank ]). In one process,
+    ``probe()`` itself."""
+    from bucketloader._dist import all_reduce_max, default_ranks
+
+    world, rank = default_ranks()
+    if world == 1:
+        return probe()
+    failed: Exception | None = None
+    try:
+        leak = probe()
+    except Exception as exc:  # (joins the reduction first: the others are waiting in it)
+        failed, leak = exc, None
+    # [the largest leak (-1: no pass made), 1 + the highest rank whose probe raised]
+    largest, broke = all_reduce_max([-1.0 if leak is None else leak, rank + 1.0 if failed else 0.0])
+    if failed is not None:
+        raise failed
+    if broke:
+        raise RuntimeError(  # (the other ranks would wait for it in training's first step)
+            f"{owner}: the packing check (one forward pass over two packed rows, on every rank, "
+            f"when the trainer is built) raised on rank {int(broke) - 1}, so rank {rank} stops "
+            "too rather than train without it; that rank's log says why"
+        )
+    return None if largest < 0 else largest
+
+
 def _packing_leak(
     model: Any, attention: str, collate: Any, start: int, *, use_cache: bool | None = False
 ) -> float | None:
@@ -2234,6 +2289,8 @@ def _packing_leak(
 
     params = list(model.parameters())
     if not params or any(p.device.type == "meta" for p in params):
+        return None
+    if any(hasattr(p, "ds_id") for p in params):  # (DeepSpeed ZeRO-3: each rank holds a slice)
         return None
     stance = getattr(torch.compiler, "set_stance", None)  # (torch >= 2.6)
     if stance is None and _is_compiled(model):
