@@ -676,7 +676,7 @@ def _check_size(state: dict[str, Any], mine: Any, owner: str, *, unsized: bool =
             "workers a source that splits itself between them (a datasets.IterableDataset) "
             "puts other samples at each worker's positions even unchanged. Resume over the "
             "source the state was saved over (a datasets.Dataset, not its "
-            f".to_iterable_dataset()){_way_on(state)}"
+            f".to_iterable_dataset()){_way_on(state, 'over this source')}"
         )
     if mine is None or mine == theirs:  # (a source that records its files: nothing to compare)
         return
@@ -693,7 +693,7 @@ def _check_size(state: dict[str, Any], mine: Any, owner: str, *, unsized: bool =
         f"state was saved over a source of {theirs:,} samples, but this {owner}'s source has "
         f"{mine:,}: "
         f"the state's positions would name other samples (some repeated, some never seen). "
-        f"Resume over the source the state was saved over{own}{_way_on(state)}"
+        f"Resume over the source the state was saved over{own}{_way_on(state, 'over this source')}"
     )
 
 
@@ -714,20 +714,22 @@ def _size_in(config: dict[str, Any]) -> int | None:
     return size if isinstance(size, int) and not isinstance(size, bool) else None
 
 
-def _way_on(state: dict[str, Any]) -> str:
-    """How to go on without the state: the next epoch, or this one whole when the state was
-    saved before its first batch (s29-user: the next epoch skipped it)."""
+def _way_on(state: dict[str, Any], how: str = "with these options") -> str:
+    """How to go on without the state (``how``: with what changed, the options or the source;
+    s32-tidyB: a refused source was told to go on "with these options"): the next epoch, or
+    this one whole when the state was saved before its first batch (s29-user: the next epoch
+    skipped it)."""
     epoch = state.get("epoch")
     if not isinstance(epoch, int) or isinstance(epoch, bool):
         return ""
     if _before_first_batch(state):
         return (
-            f"; to go on with these options instead, skip load_state_dict and run epoch "
+            f"; to go on {how} instead, skip load_state_dict and run epoch "
             f"{epoch} whole: stream.set_epoch({epoch}) (the state was saved before its "
             "first batch)"
         )
     return (
-        f"; to go on with these options instead, skip load_state_dict and start the next "
+        f"; to go on {how} instead, skip load_state_dict and start the next "
         f"epoch: stream.set_epoch({epoch + 1})"
     )
 
