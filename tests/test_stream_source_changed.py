@@ -351,6 +351,43 @@ def test_a_refused_resume_behind_workers_frees_the_loader_iterator_at_once():
         gc.enable()
 
 
+@pytest.mark.parametrize("kind", ["replay", "exact"])
+def test_a_resume_refused_for_its_worker_count_frees_the_loader_iterator_at_once(kind):
+    # s32-tidyB: "state was saved with 2 DataLoader workers, this loader has 1" (a replay) and
+    # "state was saved in a single process, this pass runs in worker 0 of 2" (an exact state)
+    # are refused in the worker before its first batch, but were plain ValueErrors: torch's
+    # reference cycle kept the iterator (NOTE [ A refused resume behind DataLoader workers ])
+    import gc
+    import weakref
+
+    first = MAKERS["bucket"](Src(LENGTHS))
+    if kind == "replay":
+        it = iter(_loader(first))
+        for _ in range(10):
+            next(it)
+        del it
+        state, workers = first.state_dict(batches_consumed=10), 1
+    else:
+        state, workers = _head(first, 10)[1], 2
+    again = MAKERS["bucket"](Src(LENGTHS))
+    again.load_state_dict(json.loads(json.dumps(state)))
+    gc.collect()
+    gc.disable()
+    try:
+        it = iter(DataLoader(again, batch_size=None, collate_fn=lambda b: b, num_workers=workers))
+        ref = weakref.ref(it)
+        try:
+            next(it)
+        except RefusedResume as err:
+            assert "resume with the same num_workers" in str(err)
+        else:
+            raise AssertionError("another worker count was not refused")
+        del it
+        assert ref() is None, "the iterator outlived the except block (a reference cycle)"
+    finally:
+        gc.enable()
+
+
 def test_the_two_refusals_of_a_changed_source_say_the_same_after_naming_their_digest():
     # s31-tidyA: the length digest's and the replay trace's refusals were two near-copies; one
     # helper now builds both: each names its check and the two digests, then the same causes,

@@ -144,7 +144,7 @@ from bucketloader._files import NotAFile, write_atomic
 from bucketloader._validation import a_kind, check_int, not_a_state, stream_of
 from bucketloader.plan.report import FILL_TIMES, FILL_WARNING, LOSS_WARNING, DataLossWarning
 from bucketloader.stream._engine import TRACE_MOD, checks_lengths, trace_hex
-from bucketloader.stream.counters import MAX_LANES, LaneCounters, finished
+from bucketloader.stream.counters import MAX_LANES, LaneCounters, RefusedResume, finished
 from bucketloader.stream.source import is_stateful, open_source, self_sharding
 
 __all__ = [
@@ -912,9 +912,10 @@ def resume_lane(
                 if worker[1] == 1
                 else f"has {worker[1]}"
             )
-            raise ValueError(
-                f"state was saved with {state['workers']} DataLoader workers, this loader "
-                f"{here}; resume with the same num_workers"
+            raise RefusedResume(  # (s32-tidyB: a ValueError, torch's reference cycle behind
+                # workers: NOTE [ A refused resume behind DataLoader workers ])
+                message=f"state was saved with {state['workers']} DataLoader workers, this "
+                f"loader {here}; resume with the same num_workers"
             )
         lane = ((worker[0] + state["first"]) % worker[1], worker[1])
         return lane, int(state["skip"][lane[0]]) if state["skip"] else 0
@@ -924,9 +925,9 @@ def resume_lane(
             i, n = (int(x) for x in w)
             return "a single process (num_workers 0 or 1)" if n == 1 else f"worker {i} of {n}"
 
-        raise ValueError(
-            f"state was saved in {where(state['worker'])}, this pass runs in {where(worker)}; "
-            "resume with the same num_workers as when the state was taken"
+        raise RefusedResume(
+            message=f"state was saved in {where(state['worker'])}, this pass runs in "
+            f"{where(worker)}; resume with the same num_workers as when the state was taken"
         )
     return worker, 0
 
