@@ -396,7 +396,7 @@ class EpochSampler(Sampler[list[int]]):
 
         Raises ``ValueError`` if ``state`` comes from another configuration, naming both values.
         """
-        config = self._config()
+        config = self._config_against(state)
         saved = state.get("config") if isinstance(state, dict) else None
         other_plan = False
         if isinstance(saved, dict) and self._current_on_saved_ranks(saved):
@@ -419,6 +419,11 @@ class EpochSampler(Sampler[list[int]]):
         )
         self.epoch, self._start, self._yielded = epoch, pos, pos
         self._passes = _Passes(advanced=self._passes.advanced)
+
+    def _config_against(self, state: Any) -> dict[str, Any]:
+        """This sampler's :meth:`_config`, as ``state`` is compared with it (a subclass adds
+        what only an older state's format needs: ``ShardedSampler``)."""
+        return self._config()
 
 
 def _check_spec_options(options: Mapping[str, Any], spec_type: Any, frame: Any) -> None:
@@ -1615,6 +1620,15 @@ def _check_global(
             f"holds {n_now:,} samples, as this {owner}'s does, but of other lengths"
         )
         build = "over the data the state was saved with (every rank's shard)"
+    elif change == "options":  # (a state of s31: its options as spelled, _global_change)
+        what = (
+            "other options (a state of bucketloader before s32, which recorded the options "
+            "as spelled, not the plan they make)"
+        )
+        build = (
+            "with the options the state was saved with, spelled as then (num_buckets / "
+            "strategy / boundaries, batch_size / max_tokens, defer, exchange, last_batch)"
+        )
     else:
         what = (
             "other options: the plan they make of the same data (its boundaries, the batch "
@@ -1641,10 +1655,12 @@ def _global_change(theirs: Any, mine: Any, *, plans: bool) -> str | None:
     """Which entry of a saved ``config["global"]`` (``theirs``) refuses it against this
     sampler's (``mine``): ``"num_samples"`` or ``"histogram"`` (other data, always), ``"plans"``
     (with ``plans``, where ``plan_digest`` cannot decide, :func:`_plans_compared`: the saved
-    and the current plans share none; NOTE [ A sharded state names its global data ] in
-    :mod:`bucketloader.sharded`), or ``None``. Elsewhere ``plan_digest`` compares the plan
-    itself. A state without the entry (saved before s31), or without its ``"plans"`` (s31's
-    ``"options"`` spelled the options, not the plan), is not checked on it.
+    and the current plans share none; ``"options"`` for a state of s31, below; NOTE [ A
+    sharded state names its global data ] in :mod:`bucketloader.sharded`), or ``None``.
+    Elsewhere ``plan_digest`` compares the plan itself. A state without the entry (saved
+    before s31) is not checked on it; one of s31, with its ``"options"`` (the options as
+    spelled) and no ``"plans"``, has them compared with this sampler's spelled alike where
+    ``mine`` holds them (``ShardedSampler._config_against``).
 
     Example:
         >>> mine = {"num_samples": 9, "histogram": "ab", "plans": ["p1", "p2"]}
@@ -1663,6 +1679,9 @@ def _global_change(theirs: Any, mine: Any, *, plans: bool) -> str | None:
         if theirs.get(key) != mine.get(key):
             return key
     saved = theirs.get("plans")
+    if plans and saved is None and "options" in theirs and "options" in mine:
+        # (s31's spelled options, compared as s31 did: ShardedSampler._config_against)
+        return None if theirs["options"] == mine["options"] else "options"
     if not plans or saved is None:
         return None
     if isinstance(saved, list) and set(map(str, saved)) & set(mine.get("plans", ())):

@@ -878,6 +878,19 @@ class ShardedSampler(EpochSampler):
             fill=self.fill,
         )
 
+    def _config_against(self, state: Any) -> dict[str, Any]:
+        """:meth:`_config`, with, for a state of s31 (its ``config["global"]`` has
+        ``"options"`` and no ``"plans"``), this sampler's options spelled as s31 spelled them
+        (:func:`_s31_options`), so that :func:`~bucketloader.sampler._global_change` compares
+        them: without it such a state saved between epochs loaded on another number of ranks
+        with any other options (s32-tidyB), which s31 refused."""
+        config = self._config()
+        saved = state.get("config") if isinstance(state, Mapping) else None
+        theirs = saved.get("global") if isinstance(saved, Mapping) else None
+        if isinstance(theirs, Mapping) and "options" in theirs and "plans" not in theirs:
+            config["global"]["options"] = _s31_options(self.options, self._rule)
+        return config
+
     def _config_digest(self) -> str:
         """What every rank must agree on (seed, shuffle, options)."""
         opts = {k: _portable(v) for k, v in sorted(self.options.items()) if k != "cache"}
@@ -1123,9 +1136,11 @@ def _global_config(hist: LengthHistogram, plans: Sequence[str]) -> dict[str, Any
     spelling of the options that makes the same plan loads. s32: s31 digested the options as
     spelled (defaults filled, callables by name), so ``num_buckets=8`` against the same
     boundaries given explicitly was refused even on the same ranks, and a callable strategy
-    whose body changed under its name was not seen; a state of s31 (``"options"``, no
-    ``"plans"``) has its data checked and its options not, as a state saved before the key
-    (which has no ``"global"``) loads unchecked.
+    whose body changed under its name was not seen. A state of s31 (``"options"``, no
+    ``"plans"``) has its data checked and, where ``plans`` would be, its options as s31 did
+    (:func:`_s31_options`, ``ShardedSampler._config_against``: s32-shard compared them not at
+    all, so such a state saved between epochs loaded on other ranks with any other options);
+    a state saved before the key (which has no ``"global"``) loads unchecked.
 
     Example:
         >>> g = _global_config(LengthHistogram.from_lengths([3, 5, 5]), ["a1", "a1", "b2"])
@@ -1139,6 +1154,45 @@ def _global_config(hist: LengthHistogram, plans: Sequence[str]) -> dict[str, Any
         "histogram": hist.digest()[:16],
         "plans": list(dict.fromkeys(plans)),  # (in order, each once)
     }
+
+
+def _s31_options(options: Mapping[str, Any], rule: BatchRule) -> str:
+    """The digest s31 recorded as ``config["global"]["options"]``: the options that shape the
+    plan, defaults filled in, each spelled by :func:`_stated`, ``cache`` left out (NOTE [ A
+    sharded state names its global data ]); kept only to check a state of s31.
+
+    Example:
+        >>> _s31_options({"batch_size": 2}, BatchRule.parse(2, None)) == _s31_options(
+        ...     {"batch_size": 2, "num_buckets": 8, "cache": None}, BatchRule.parse(2, None))
+        True
+    """
+    opts = {k: v for k, v in options.items() if k not in ("cache", "batch_size", "max_tokens")}
+    if opts.get("boundaries") is None:
+        opts.setdefault("num_buckets", 8)
+        opts.setdefault("strategy", "optimal")
+    if opts.get("pad_to_multiple_of", 1) == 1:
+        opts.pop("pad_to_multiple_of", None)
+    spelled = {k: _stated(v) for k, v in opts.items()}
+    spelled["rule"] = repr(
+        [
+            _stated(rule.batch_size),
+            _stated(rule.per_cell),
+            repr(rule.budget) if rule.budget else None,
+        ]
+    )
+    blob = json.dumps(spelled, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _stated(value: Any) -> str:
+    """An option as a state of s31 spelled it (:func:`_s31_options`): :func:`_portable`, with a
+    sequence as the list of what it holds, so ``np.array([4, 9])``, ``(4, 9)`` and ``[4, 9]``
+    agree."""
+    if isinstance(value, (np.ndarray, list, tuple)):
+        return repr(
+            [_stated(x) for x in (value.tolist() if isinstance(value, np.ndarray) else value)]
+        )
+    return _portable(value)
 
 
 def _plan_identity(

@@ -438,7 +438,7 @@ def test_a_state_loads_wherever_its_plan_is_the_same_however_the_options_are_spe
     mid-epoch (where it loaded before s31). The state now digests what the options make of the
     data (boundaries, batch sizes, placement), compared on another number of ranks; on as many
     ranks as saved it, plan_digest compares the plan itself. s31's states have their data
-    checked and their options not."""
+    checked, and their options as s31 spelled them (s32-tidyB)."""
     lengths = np.asarray(load_real("gsm8k"))[:, 0]
     opts = dict(num_buckets=8, max_tokens=4096, seed=3)
 
@@ -484,9 +484,13 @@ def test_a_state_loads_wherever_its_plan_is_the_same_however_the_options_are_spe
     assert envelope4 not in (chosen, solved)
     with pytest.raises(ValueError, match="other options"):
         world(4, boundaries=envelope4, num_buckets=None)[0].load_state_dict(at_start)
-    # a state of s31 ("options", no "plans"): its data checked, its options not, on any ranks
+    # a state of s31 ("options", no "plans"): its data checked, and its options as s31 spelled
+    # them (s32-tidyB: s32-shard checked them not at all, so on 4 ranks num_buckets=7 loaded)
     old = json.loads(json.dumps(_S31_STATE))
-    for n, extra in ((4, {"boundaries": chosen, "num_buckets": None}), (8, {}), (1, {})):
+    for n, extra in ((4, {"boundaries": chosen, "num_buckets": None}), (4, {"num_buckets": 7})):
+        with pytest.raises(ValueError, match=r"other options \(a state of .* spelled as then"):
+            world(n, **extra)[0].load_state_dict(old)
+    for n, extra in ((4, {}), (8, {}), (1, {})):
         resumed = world(n, **extra)[0]
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # (no "ignores keys" warning either)
@@ -496,7 +500,7 @@ def test_a_state_loads_wherever_its_plan_is_the_same_however_the_options_are_spe
     other[:50] += 1
     with pytest.raises(ValueError, match="of other lengths"):
         world(4, data=other)[0].load_state_dict(old)
-    with pytest.raises(ValueError, match="plan_digest="):  # (8 ranks: the plan, as always)
+    with pytest.raises(ValueError, match=r"other options \(a state of"):  # (8 ranks too)
         world(8, num_buckets=7)[0].load_state_dict(old)
     # BucketTrainer's wording (config_changes) names "global" only where it refuses
     named = [c[0] for c in config_changes(old["config"], world(4)[0]._config())]

@@ -356,7 +356,16 @@ def test_a_state_saved_over_a_source_with_a_length_is_refused_over_one_without(n
                 make(source).load_state_dict(state)
             said = str(err.value)
             assert "600 samples" in said and "not its .to_iterable_dataset()" in said
-            assert "set_epoch(" in said
+            # (s32-tidyB: it said "to go on with these options instead"; the source changed)
+            assert "to go on over this source instead, skip load_state_dict and start the " in said
+            assert "options" not in said and "stream.set_epoch(1)" in said
+    with pytest.raises(ValueError, match="to go on over this source instead") as err:
+        make(rows[:-1]).load_state_dict(exact)  # (another length: the same way on)
+    assert "options" not in str(err.value)
+    # the way on, followed: the next epoch over the source without a length, as over the list
+    nxt, ref = make(Src(LENGTHS)), make(rows)
+    nxt.set_epoch(1), ref.set_epoch(1)
+    assert _ids(nxt) == _ids(ref)
     again = make(rows)  # over the source it was saved over: exact, as before
     again.load_state_dict(exact)
     assert head + _ids(again) == whole
@@ -410,6 +419,43 @@ def test_a_refused_resume_behind_workers_frees_the_loader_iterator_at_once():
             assert REPLAYED in str(err)
         else:
             raise AssertionError("the changed source was not refused")
+        del it
+        assert ref() is None, "the iterator outlived the except block (a reference cycle)"
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("kind", ["replay", "exact"])
+def test_a_resume_refused_for_its_worker_count_frees_the_loader_iterator_at_once(kind):
+    # s32-tidyB: "state was saved with 2 DataLoader workers, this loader has 1" (a replay) and
+    # "state was saved in a single process, this pass runs in worker 0 of 2" (an exact state)
+    # are refused in the worker before its first batch, but were plain ValueErrors: torch's
+    # reference cycle kept the iterator (NOTE [ A refused resume behind DataLoader workers ])
+    import gc
+    import weakref
+
+    first = MAKERS["bucket"](Src(LENGTHS))
+    if kind == "replay":
+        it = iter(_loader(first))
+        for _ in range(10):
+            next(it)
+        del it
+        state, workers = first.state_dict(batches_consumed=10), 1
+    else:
+        state, workers = _head(first, 10)[1], 2
+    again = MAKERS["bucket"](Src(LENGTHS))
+    again.load_state_dict(json.loads(json.dumps(state)))
+    gc.collect()
+    gc.disable()
+    try:
+        it = iter(DataLoader(again, batch_size=None, collate_fn=lambda b: b, num_workers=workers))
+        ref = weakref.ref(it)
+        try:
+            next(it)
+        except RefusedResume as err:
+            assert "resume with the same num_workers" in str(err)
+        else:
+            raise AssertionError("another worker count was not refused")
         del it
         assert ref() is None, "the iterator outlived the except block (a reference cycle)"
     finally:

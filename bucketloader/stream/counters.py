@@ -270,7 +270,8 @@ def hand_out(lane: Lane, counters: LaneCounters | None, batches: Iterator[T]) ->
 
 class RefusedResume(ValueError):
     """A resume refused before the pass handed out a batch (the source changed since the state
-    was saved, or the state was edited; every such refusal, s32): the pass never started, so
+    was saved, the state was edited, or it was saved with another number of DataLoader
+    workers; every such refusal, s32): the pass never started, so
     :func:`_say_the_pass_ends` says nothing of it.
 
     NOTE [ A refused resume behind DataLoader workers ]

@@ -144,7 +144,7 @@ from bucketloader._files import NotAFile, write_atomic
 from bucketloader._validation import a_kind, check_int, not_a_state, stream_of
 from bucketloader.plan.report import FILL_TIMES, FILL_WARNING, LOSS_WARNING, DataLossWarning
 from bucketloader.stream._engine import TRACE_MOD, checks_lengths, trace_hex
-from bucketloader.stream.counters import MAX_LANES, LaneCounters, finished
+from bucketloader.stream.counters import MAX_LANES, LaneCounters, RefusedResume, finished
 from bucketloader.stream.source import is_stateful, open_source, self_sharding
 
 __all__ = [
@@ -676,7 +676,7 @@ def _check_size(state: dict[str, Any], mine: Any, owner: str, *, unsized: bool =
             "workers a source that splits itself between them (a datasets.IterableDataset) "
             "puts other samples at each worker's positions even unchanged. Resume over the "
             "source the state was saved over (a datasets.Dataset, not its "
-            f".to_iterable_dataset()){_way_on(state)}"
+            f".to_iterable_dataset()){_way_on(state, 'over this source')}"
         )
     if mine is None or mine == theirs:  # (a source that records its files: nothing to compare)
         return
@@ -693,7 +693,7 @@ def _check_size(state: dict[str, Any], mine: Any, owner: str, *, unsized: bool =
         f"state was saved over a source of {theirs:,} samples, but this {owner}'s source has "
         f"{mine:,}: "
         f"the state's positions would name other samples (some repeated, some never seen). "
-        f"Resume over the source the state was saved over{own}{_way_on(state)}"
+        f"Resume over the source the state was saved over{own}{_way_on(state, 'over this source')}"
     )
 
 
@@ -714,20 +714,22 @@ def _size_in(config: dict[str, Any]) -> int | None:
     return size if isinstance(size, int) and not isinstance(size, bool) else None
 
 
-def _way_on(state: dict[str, Any]) -> str:
-    """How to go on without the state: the next epoch, or this one whole when the state was
-    saved before its first batch (s29-user: the next epoch skipped it)."""
+def _way_on(state: dict[str, Any], how: str = "with these options") -> str:
+    """How to go on without the state (``how``: with what changed, the options or the source;
+    s32-tidyB: a refused source was told to go on "with these options"): the next epoch, or
+    this one whole when the state was saved before its first batch (s29-user: the next epoch
+    skipped it)."""
     epoch = state.get("epoch")
     if not isinstance(epoch, int) or isinstance(epoch, bool):
         return ""
     if _before_first_batch(state):
         return (
-            f"; to go on with these options instead, skip load_state_dict and run epoch "
+            f"; to go on {how} instead, skip load_state_dict and run epoch "
             f"{epoch} whole: stream.set_epoch({epoch}) (the state was saved before its "
             "first batch)"
         )
     return (
-        f"; to go on with these options instead, skip load_state_dict and start the next "
+        f"; to go on {how} instead, skip load_state_dict and start the next "
         f"epoch: stream.set_epoch({epoch + 1})"
     )
 
@@ -910,9 +912,10 @@ def resume_lane(
                 if worker[1] == 1
                 else f"has {worker[1]}"
             )
-            raise ValueError(
-                f"state was saved with {state['workers']} DataLoader workers, this loader "
-                f"{here}; resume with the same num_workers"
+            raise RefusedResume(  # (s32-tidyB: a ValueError, torch's reference cycle behind
+                # workers: NOTE [ A refused resume behind DataLoader workers ])
+                message=f"state was saved with {state['workers']} DataLoader workers, this "
+                f"loader {here}; resume with the same num_workers"
             )
         lane = ((worker[0] + state["first"]) % worker[1], worker[1])
         return lane, int(state["skip"][lane[0]]) if state["skip"] else 0
@@ -922,9 +925,9 @@ def resume_lane(
             i, n = (int(x) for x in w)
             return "a single process (num_workers 0 or 1)" if n == 1 else f"worker {i} of {n}"
 
-        raise ValueError(
-            f"state was saved in {where(state['worker'])}, this pass runs in {where(worker)}; "
-            "resume with the same num_workers as when the state was taken"
+        raise RefusedResume(
+            message=f"state was saved in {where(state['worker'])}, this pass runs in "
+            f"{where(worker)}; resume with the same num_workers as when the state was taken"
         )
     return worker, 0
 
