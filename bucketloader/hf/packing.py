@@ -59,7 +59,11 @@ off its documents alone). They take a dict of masks, one per layer kind, as give
 ``sliding_window=config.sliding_window`` ships ``{"full_attention": document mask,
 "sliding_attention": document mask within the window}`` (``document_mask(..., window=)``), and
 each document's logits equal it run alone again (3e-8). ``BucketTrainer`` refuses such a model
-with a plain 4-D mask where a row is longer than the window reaches, naming the value.
+with a plain 4-D mask where a row is longer than the window reaches, naming the value. A model
+all of whose layers slide (Mistral: an int ``sliding_window``, no ``layer_types``) takes no
+dict: it is refused a 4-D mask in rows longer than its window (a tiny Mistral's logits 0.19
+off), naming ``attention="positions"`` (transformers builds the windowed document mask from
+``position_ids``).
 
 Labels are -100 at every document's first token and on padding, so the shifted causal-LM loss
 never predicts across a boundary (``tests/test_pack.py`` checks logits and per-token losses of each

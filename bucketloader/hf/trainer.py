@@ -2187,11 +2187,52 @@ def _sliding_window_of(model: Any) -> int | None:
     return None
 
 
+def _every_layer_window_of(model: Any) -> int | None:
+    """``config.sliding_window`` of a model all of whose layers slide (Mistral, Mixtral,
+    Phi-3, Starcoder2: an int ``sliding_window`` and no ``layer_types``), else ``None``."""
+    config = getattr(model, "config", None)
+    for c in (config, getattr(config, "text_config", None)):
+        window = getattr(c, "sliding_window", None)
+        if (
+            c is not None
+            and getattr(c, "layer_types", None) is None
+            and isinstance(window, int)
+            and not isinstance(window, bool)
+        ):
+            return window
+    return None
+
+
 def _check_sliding_window(model: Any, collate: Any, who: str, argument: str) -> None:
     """A model with sliding-window layers takes packed rows with ``attention="mask"`` only with
     one mask per layer kind (NOTE [ Sliding-window layers in packed rows ] in
-    :mod:`bucketloader.hf.packing`), where its window is shorter than a row's documents."""
+    :mod:`bucketloader.hf.packing`), where its window is shorter than a row's documents; a
+    model all of whose layers slide (no ``layer_types``) takes no dict of masks, so there
+    ``attention="mask"`` is refused in rows longer than its window."""
     if collate.attention != "mask":
+        return
+    every = _every_layer_window_of(model)
+    width = max(shape[-1] for shape in collate.shapes)
+    if every is not None:
+        given = getattr(collate, "sliding_window", None)
+        fix = (
+            "pack with hf.for_packing(..., attention='positions') (transformers then finds the "
+            f"documents in position_ids and applies the window), or rows of at most {every} "
+            "tokens"
+        )
+        if given is not None:
+            raise ValueError(
+                f"{who} has config.sliding_window={every} on every layer (no config.layer_types)"
+                f" and takes no dict of masks, but the packed rows of {argument} are masked per "
+                f"layer kind (sliding_window={given}); drop sliding_window and {fix}"
+            )
+        if (width > every) if collate.causal else (width - 1 > every):
+            raise ValueError(
+                f"{who} has config.sliding_window={every} on every layer (no config.layer_types),"
+                f" but attention='mask' gives its layers the 4-D document mask of the packed rows"
+                f" of {argument} as given, so in rows of {width} tokens they would see whole "
+                f"documents, not the window the model sees on each document alone; {fix}"
+            )
         return
     window, given = _sliding_window_of(model), getattr(collate, "sliding_window", None)
     if given is not None and window != given:
@@ -2207,7 +2248,6 @@ def _check_sliding_window(model: Any, collate: Any, who: str, argument: str) -> 
         )
     if window is None or given is not None:
         return
-    width = max(shape[-1] for shape in collate.shapes)
     if (width > window) if collate.causal else (width - 1 > window):
         reach = "back" if collate.causal else "either way"
         raise ValueError(
