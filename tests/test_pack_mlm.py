@@ -234,8 +234,11 @@ def test_masks_follow_seed_epoch_and_document_only():
 
 
 def test_mlm_masking_refuses_bad_options():
-    with pytest.raises(ValueError, match=r"mlm_probability must be in \(0, 1\], got mlm_prob"):
-        _masking(mlm_probability=0.0)
+    # (s32-tidyA: 1.5 was refused as outside [0.0, 1.0], a range 0 was refused from too)
+    for p, error in ((0, ValueError), (0.0, ValueError), (1.5, ValueError), ("0.15", TypeError)):
+        with pytest.raises(error, match=rf"^mlm_probability must be a number in \(0, 1\], got"
+                                        rf" mlm_probability={p!r}; 0.15 is BERT's$"):  # fmt: skip
+            _masking(mlm_probability=p)
     with pytest.raises(ValueError, match=r"mask_replace_prob \+ random_replace_prob must be at"):
         _masking(mask_replace_prob=0.95, random_replace_prob=0.1)
     with pytest.raises(ValueError, match=r"mask_token_id must be an id of the vocabulary \[0, 64"):
