@@ -2270,7 +2270,6 @@ def _packing_leak(
     made as ``attention`` says, positions from ``start``, the model called with ``use_cache``
     (``None``: not passed, as training calls it): ``0.0`` where the model keeps the documents
     apart, ``None`` where the probe cannot run (NOTE [ Models that mix packed documents ])."""
-    from bucketloader.pack import document_mask
 
     params = list(model.parameters())
     if not params or any(p.device.type == "meta" for p in params):
@@ -2289,16 +2288,8 @@ def _packing_leak(
         "input_ids": torch.tensor([[a, a, a, a, b, a], [b, b, b, a, b, a]]),
         "position_ids": torch.tensor([[0, 1, 2, 0, 1, 2]] * 2) + start,
     }
-    if attention == "mask":  # (bidirectional for masked-LM rows, as the collator makes it)
-        causal = getattr(collate, "causal", True)
-        batch["attention_mask"] = document_mask(docs, causal=causal, dtype=collate.mask_dtype)
-        window = getattr(collate, "sliding_window", None)
-        if window is not None:  # (one mask per layer kind, as the collator makes them)
-            local = document_mask(docs, causal=causal, dtype=collate.mask_dtype, window=window)
-            batch["attention_mask"] = {
-                "full_attention": batch["attention_mask"],
-                "sliding_attention": local,
-            }
+    if attention == "mask":  # (as the collator makes it: bidirectional, per layer kind ...)
+        batch["attention_mask"] = collate.document_masks(docs)
     elif attention == "flash":
         cu = torch.tensor([0, 3, 6, 9, 12], dtype=torch.int32)
         batch["cu_seq_lens_q"] = batch["cu_seq_lens_k"] = cu
