@@ -2170,37 +2170,23 @@ def _position_start(model: Any) -> tuple[int | None, str]:
 #   head on them is refused the other way round.
 
 
-def _sliding_window_of(model: Any) -> int | None:
-    """``config.sliding_window`` of a model some of whose layers are sliding-window ones
-    (``config.layer_types``, or its ``text_config``'s), else ``None``."""
+def _sliding_window_of(model: Any) -> tuple[int | None, bool]:
+    """``(config.sliding_window, whether every layer slides)`` of a model with sliding-window
+    layers (its config's or its ``text_config``'s): some of them where ``config.layer_types``
+    has ``"sliding_attention"`` (Gemma 2 / 3, ModernBERT), all where an int ``sliding_window``
+    comes with no ``layer_types`` (Mistral, Mixtral, Phi-3, Starcoder2); ``(None, False)``
+    for a model without."""
     config = getattr(model, "config", None)
     for c in (config, getattr(config, "text_config", None)):
         kinds = getattr(c, "layer_types", None)
         window = getattr(c, "sliding_window", None)
-        if (
-            isinstance(kinds, (list, tuple))
-            and "sliding_attention" in kinds
-            and isinstance(window, int)
-            and not isinstance(window, bool)
-        ):
-            return window
-    return None
-
-
-def _every_layer_window_of(model: Any) -> int | None:
-    """``config.sliding_window`` of a model all of whose layers slide (Mistral, Mixtral,
-    Phi-3, Starcoder2: an int ``sliding_window`` and no ``layer_types``), else ``None``."""
-    config = getattr(model, "config", None)
-    for c in (config, getattr(config, "text_config", None)):
-        window = getattr(c, "sliding_window", None)
-        if (
-            c is not None
-            and getattr(c, "layer_types", None) is None
-            and isinstance(window, int)
-            and not isinstance(window, bool)
-        ):
-            return window
-    return None
+        if c is None or not isinstance(window, int) or isinstance(window, bool):
+            continue
+        if kinds is None:
+            return window, True
+        if isinstance(kinds, (list, tuple)) and "sliding_attention" in kinds:
+            return window, False
+    return None, False
 
 
 def _check_sliding_window(model: Any, collate: Any, who: str, argument: str) -> None:
@@ -2211,30 +2197,29 @@ def _check_sliding_window(model: Any, collate: Any, who: str, argument: str) -> 
     ``attention="mask"`` is refused in rows longer than its window."""
     if collate.attention != "mask":
         return
-    every = _every_layer_window_of(model)
+    window, every = _sliding_window_of(model)
+    given = getattr(collate, "sliding_window", None)
     width = max(shape[-1] for shape in collate.shapes)
-    if every is not None:
-        given = getattr(collate, "sliding_window", None)
+    if every:
         fix = (
             "pack with hf.for_packing(..., attention='positions') (transformers then finds the "
-            f"documents in position_ids and applies the window), or rows of at most {every} "
+            f"documents in position_ids and applies the window), or rows of at most {window} "
             "tokens"
         )
         if given is not None:
             raise ValueError(
-                f"{who} has config.sliding_window={every} on every layer (no config.layer_types)"
+                f"{who} has config.sliding_window={window} on every layer (no config.layer_types)"
                 f" and takes no dict of masks, but the packed rows of {argument} are masked per "
                 f"layer kind (sliding_window={given}); drop sliding_window and {fix}"
             )
-        if (width > every) if collate.causal else (width - 1 > every):
+        if (width > window) if collate.causal else (width - 1 > window):
             raise ValueError(
-                f"{who} has config.sliding_window={every} on every layer (no config.layer_types),"
+                f"{who} has config.sliding_window={window} on every layer (no config.layer_types),"
                 f" but attention='mask' gives its layers the 4-D document mask of the packed rows"
                 f" of {argument} as given, so in rows of {width} tokens they would see whole "
                 f"documents, not the window the model sees on each document alone; {fix}"
             )
         return
-    window, given = _sliding_window_of(model), getattr(collate, "sliding_window", None)
     if given is not None and window != given:
         has = (
             f"config.sliding_window={window}"
