@@ -488,3 +488,19 @@ def test_a_resumed_run_trains_on_the_masked_batches_it_would_have(tmp_path):
     assert len(rest) == len(after) > 0
     for (_, ids, labels), (_, want_ids, want_labels) in zip(rest, after, strict=True):
         assert torch.equal(ids, want_ids) and torch.equal(labels, want_labels)
+
+
+def test_an_eager_model_given_a_bool_mask_is_told_to_pass_a_float_one(tmp_path):
+    """s32-tidyA: eager attention adds the mask to its scores, so a bool document mask (the
+    default mask_dtype) hides nothing; BucketTrainer refused it but told a masked-LM user to
+    give up packing ("train it on bucketed rows instead"). It names mask_dtype=torch.float32
+    now, with which the model is taken."""
+    tok = _tokenizer()
+    ds = datasets.Dataset.from_dict({"input_ids": _documents(12, seed=11)})
+    options = dict(tokenizer=tok, mlm_probability=0.15, row_length=32, batch_size=2)
+    model = _encoder("bert", "eager")
+    with pytest.raises(ValueError, match=r"mask_dtype=torch.float32\) \(an additive mask") as err:
+        hf.BucketTrainer(model=model, args=_args(tmp_path), bucketing=hf.for_packing(ds, **options))
+    assert "bucketed rows instead" not in str(err.value)
+    packed = hf.for_packing(ds, mask_dtype=torch.float32, **options)
+    hf.BucketTrainer(model=model, args=_args(tmp_path), bucketing=packed)  # taken

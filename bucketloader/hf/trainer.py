@@ -595,6 +595,9 @@ class _BucketMixin:
             if a != collate.attention and (collate.causal or a == "mask")
         ]
         keeps = [a for a in others if leaks(a) == 0.0]
+        # (a bool mask where the model adds a float one to its scores, eager attention: True
+        # adds 1, so every token sees every other; an additive mask of its dtype keeps them apart)
+        additive = _float_mask_keeps_apart(self.model, collate, at, trained)
         cached = trained is None and leaks(collate.attention, False) == 0.0  # (the cache mixes)
         mixes = (
             f"{name} does not keep the packed documents of {argument} apart with attention="
@@ -614,6 +617,12 @@ class _BucketMixin:
             fixes.append(
                 f"pack with hf.for_packing(..., {restart + ', ' if moved else ''}attention="
                 f"{keeps[0]!r}), which {name} keeps apart"
+            )
+        if additive is not None:
+            fixes.append(
+                f"pack with hf.for_packing(..., {restart + ', ' if moved else ''}mask_dtype="
+                f"{additive}) (an additive mask, 0 where a token attends: {name}'s attention "
+                "adds the mask to its scores, so a bool mask's True adds 1 and hides nothing)"
             )
         fix = (
             " or ".join(fixes)
@@ -2242,6 +2251,23 @@ def _check_sliding_window(model: Any, collate: Any, who: str, argument: str) -> 
             "whole documents, not the window the model sees on each document alone; pack with "
             f"hf.for_packing(..., sliding_window={window}) (a mask per layer kind)"
         )
+
+
+def _float_mask_keeps_apart(model: Any, collate: Any, start: int, use_cache: Any) -> Any:
+    """The model's float dtype where ``collate`` ships a bool ``attention="mask"`` mask that
+    mixes the documents and the same mask in that dtype (additive) keeps them apart (eager
+    attention), else ``None``."""
+    import copy
+
+    if collate.attention != "mask" or collate.mask_dtype != torch.bool:
+        return None
+    dtypes = [p.dtype for p in model.parameters() if p.dtype.is_floating_point]
+    if not dtypes:
+        return None
+    additive = copy.copy(collate)
+    additive.mask_dtype = dtypes[0]
+    leak = _packing_leak(model, "mask", additive, start, use_cache=use_cache)
+    return dtypes[0] if leak == 0.0 else None
 
 
 #: Heads that shift their labels to predict the next token (refused on masked-LM rows).
