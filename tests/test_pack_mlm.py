@@ -502,5 +502,6 @@ def test_an_eager_model_given_a_bool_mask_is_told_to_pass_a_float_one(tmp_path):
     with pytest.raises(ValueError, match=r"mask_dtype=torch.float32\) \(an additive mask") as err:
         hf.BucketTrainer(model=model, args=_args(tmp_path), bucketing=hf.for_packing(ds, **options))
     assert "bucketed rows instead" not in str(err.value)
+    assert "the ones before it and after it (the rows are masked-LM rows)" in str(err.value)
     packed = hf.for_packing(ds, mask_dtype=torch.float32, **options)
     hf.BucketTrainer(model=model, args=_args(tmp_path), bucketing=packed)  # taken

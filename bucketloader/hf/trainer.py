@@ -604,6 +604,7 @@ class _BucketMixin:
             f"{collate.attention!r}{' and a cache' if cached else ''}: a document's logits "
             f"changed by {leak:.3g} when only the document before it in the row changed, so "
             "each document would attend to the ones before it"
+            + ("" if collate.causal else " and after it (the rows are masked-LM rows)")
             + ("; with a cache, transformers finds no documents in position_ids" if cached else "")
         )
         restart = f"position_ids_start={start}" if moved else ""
