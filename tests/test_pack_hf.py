@@ -702,3 +702,50 @@ def test_sliding_window_layers_take_a_mask_per_layer_kind(tmp_path):
                         alone = model(input_ids=batch["input_ids"][r, cols][None]).logits[0]
                     worst[name] = max(worst[name], float((logits[r, cols] - alone).abs().max()))
     assert worst["per kind"] < 1e-6 and worst["plain"] > 1e-2, worst
+
+
+def test_a_model_whose_every_layer_slides_is_refused_a_plain_document_mask(tmp_path):
+    """s32-tidyA: Mistral (an int config.sliding_window, no layer_types: every layer slides)
+    used the 4-D document mask of attention="mask" as given, so its layers saw whole documents
+    (a tiny MistralForCausalLM's logits 0.19 off each document alone), and BucketTrainer took
+    it; sliding_window= was refused saying the model has no sliding-window layers. Both are
+    refused now naming attention='positions', which keeps each document as it is alone (< 1e-6);
+    rows no longer than the window are taken."""
+    torch.manual_seed(0)
+    config = transformers.MistralConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+        sliding_window=4, pad_token_id=0, attn_implementation="sdpa",
+    )  # fmt: skip
+    model = transformers.MistralForCausalLM(config).eval()
+    rng = np.random.default_rng(0)
+    ds = datasets.Dataset.from_dict({"input_ids": [rng.integers(5, 64, n).tolist() for n in
+                                                   rng.integers(1, 16, 8)]})  # fmt: skip
+    args = _roberta_args(tmp_path)
+    options = dict(pad_token_id=0, batch_size=2)
+    plain = hf.for_packing(ds, attention="mask", row_length=32, **options)
+    with pytest.raises(ValueError, match=r"sliding_window=4 on every layer .* rows of 32 tokens"):
+        hf.BucketTrainer(model=model, args=args, bucketing=plain)
+    per_kind = hf.for_packing(ds, attention="mask", sliding_window=4, row_length=32, **options)
+    with pytest.raises(ValueError, match=r"takes no dict of masks, .*attention='positions'\)"):
+        hf.BucketTrainer(model=model, args=args, bucketing=per_kind)
+    # (rows within the window: the plain mask is what the model sees alone, taken)
+    small = datasets.Dataset.from_dict({"input_ids": [[5, 6], [7], [8, 9, 10]]})
+    narrow = hf.for_packing(small, attention="mask", row_length=4, **options)
+    hf.BucketTrainer(model=model, args=args, bucketing=narrow)
+    positions = hf.for_packing(ds, attention="positions", row_length=32, **options)
+    hf.BucketTrainer(model=model, args=args, bucketing=positions)  # taken
+    worst = 0.0
+    for idx in positions.sampler:
+        samples = [positions.dataset[i] for i in idx]
+        batch = positions.collator(samples)
+        document_ids = positions.collator.collator(samples)["document_ids"]
+        with torch.no_grad():
+            logits = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"]).logits
+        for r, row in enumerate(document_ids):
+            for d in [d for d in row.unique().tolist() if d >= 0]:
+                cols = row == d
+                with torch.no_grad():
+                    alone = model(input_ids=batch["input_ids"][r, cols][None]).logits[0]
+                worst = max(worst, float((logits[r, cols] - alone).abs().max()))
+    assert worst < 1e-6, worst

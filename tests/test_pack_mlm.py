@@ -69,14 +69,18 @@ def _encoder(kind, attn):
     return transformers.BertForMaskedLM(config).eval()
 
 
-@pytest.mark.parametrize("kind", ["bert", "roberta"])
-@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+# (BERT under both attention implementations, a bool and a float mask; RoBERTa, whose
+# difference is its position start, under one)
+@pytest.mark.parametrize(
+    ("kind", "attn"), [("bert", "sdpa"), ("bert", "eager"), ("roberta", "sdpa")]
+)
 def test_packed_masked_lm_rows_equal_each_document_alone(kind, attn):
     """Each document's logits in a packed masked-LM row equal the document (the same masked
     tokens) run alone, and the row's loss is the loss of its documents' masked tokens: the
     per-document losses summed over their masked tokens, divided by their count."""
     start, pad = (2, 1) if kind == "roberta" else (0, PAD)
-    docs = _documents(24, seed=1, high=31)  # up to 32 tokens: full rows of 32 too
+    docs = _documents(12, seed=4, high=31)  # up to 32 tokens: full rows of 32 too
+    assert max(map(len, docs)) == 32
     sampler = PackSampler([len(d) for d in docs], row_length=32, batch_size=3, seed=3)
     collate = sampler.collator(pad_token_id=pad, position_ids_start=start, mlm=_masking())
     model = _encoder(kind, attn)
@@ -230,8 +234,11 @@ def test_masks_follow_seed_epoch_and_document_only():
 
 
 def test_mlm_masking_refuses_bad_options():
-    with pytest.raises(ValueError, match=r"mlm_probability must be in \(0, 1\], got mlm_prob"):
-        _masking(mlm_probability=0.0)
+    # (s32-tidyA: 1.5 was refused as outside [0.0, 1.0], a range 0 was refused from too)
+    for p, error in ((0, ValueError), (0.0, ValueError), (1.5, ValueError), ("0.15", TypeError)):
+        with pytest.raises(error, match=rf"^mlm_probability must be a number in \(0, 1\], got"
+                                        rf" mlm_probability={p!r}; 0.15 is BERT's$"):  # fmt: skip
+            _masking(mlm_probability=p)
     with pytest.raises(ValueError, match=r"mask_replace_prob \+ random_replace_prob must be at"):
         _masking(mask_replace_prob=0.95, random_replace_prob=0.1)
     with pytest.raises(ValueError, match=r"mask_token_id must be an id of the vocabulary \[0, 64"):
@@ -289,9 +296,9 @@ def test_bucket_trainer_trains_a_masked_lm_head_on_packed_masked_lm_rows(tmp_pat
     model = _bert()
     before = loss(model)
     trainer = hf.BucketTrainer(
-        model=model, args=_args(tmp_path, max_steps=12, learning_rate=2e-2), bucketing=packed
+        model=model, args=_args(tmp_path, max_steps=6, learning_rate=2e-2), bucketing=packed
     )
-    assert trainer.train().global_step == 12
+    assert trainer.train().global_step == 6  # (4.15 -> 2.42)
     after = loss(model)
     assert after < before - 1.0, (before, after)
 
@@ -399,7 +406,7 @@ def test_a_packing_stream_masks_each_document_as_the_sampler_does():
 def _modernbert(attn="sdpa"):
     torch.manual_seed(0)
     config = transformers.ModernBertConfig(
-        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
         intermediate_size=64, max_position_embeddings=64, pad_token_id=PAD, bos_token_id=CLS,
         cls_token_id=CLS, eos_token_id=SEP, sep_token_id=SEP, local_attention=8,
         global_attn_every_n_layers=2, attn_implementation=attn,
@@ -414,8 +421,9 @@ def test_modernbert_sliding_layers_take_a_mask_per_layer_kind(tmp_path, attn):
     (logits 3.9e-4 off each document alone) and BucketTrainer took it. It is refused now, naming
     sliding_window=4, which ships one mask per layer kind: then each document equals it alone."""
     tok = _tokenizer()
-    ds = datasets.Dataset.from_dict({"input_ids": _documents(30, seed=9, low=6)})
+    ds = datasets.Dataset.from_dict({"input_ids": _documents(12, seed=9, low=6)})
     model = _modernbert(attn)
+    assert model.config.layer_types == ["full_attention", "sliding_attention"]
     dtype = torch.bool if attn == "sdpa" else torch.float32
     options = dict(tokenizer=tok, mlm_probability=0.15, row_length=32, batch_size=2)
     options.update(mask_dtype=dtype)
@@ -480,3 +488,20 @@ def test_a_resumed_run_trains_on_the_masked_batches_it_would_have(tmp_path):
     assert len(rest) == len(after) > 0
     for (_, ids, labels), (_, want_ids, want_labels) in zip(rest, after, strict=True):
         assert torch.equal(ids, want_ids) and torch.equal(labels, want_labels)
+
+
+def test_an_eager_model_given_a_bool_mask_is_told_to_pass_a_float_one(tmp_path):
+    """s32-tidyA: eager attention adds the mask to its scores, so a bool document mask (the
+    default mask_dtype) hides nothing; BucketTrainer refused it but told a masked-LM user to
+    give up packing ("train it on bucketed rows instead"). It names mask_dtype=torch.float32
+    now, with which the model is taken."""
+    tok = _tokenizer()
+    ds = datasets.Dataset.from_dict({"input_ids": _documents(12, seed=11)})
+    options = dict(tokenizer=tok, mlm_probability=0.15, row_length=32, batch_size=2)
+    model = _encoder("bert", "eager")
+    with pytest.raises(ValueError, match=r"mask_dtype=torch.float32\) \(an additive mask") as err:
+        hf.BucketTrainer(model=model, args=_args(tmp_path), bucketing=hf.for_packing(ds, **options))
+    assert "bucketed rows instead" not in str(err.value)
+    assert "the ones before it and after it (the rows are masked-LM rows)" in str(err.value)
+    packed = hf.for_packing(ds, mask_dtype=torch.float32, **options)
+    hf.BucketTrainer(model=model, args=_args(tmp_path), bucketing=packed)  # taken

@@ -59,7 +59,11 @@ off its documents alone). They take a dict of masks, one per layer kind, as give
 ``sliding_window=config.sliding_window`` ships ``{"full_attention": document mask,
 "sliding_attention": document mask within the window}`` (``document_mask(..., window=)``), and
 each document's logits equal it run alone again (3e-8). ``BucketTrainer`` refuses such a model
-with a plain 4-D mask where a row is longer than the window reaches, naming the value.
+with a plain 4-D mask where a row is longer than the window reaches, naming the value. A model
+all of whose layers slide (Mistral: an int ``sliding_window``, no ``layer_types``) takes no
+dict: it is refused a 4-D mask in rows longer than its window (a tiny Mistral's logits 0.19
+off), naming ``attention="positions"`` (transformers builds the windowed document mask from
+``position_ids``).
 
 Labels are -100 at every document's first token and on padding, so the shifted causal-LM loss
 never predicts across a boundary (``tests/test_pack.py`` checks logits and per-token losses of each
@@ -159,19 +163,23 @@ class PackedInputs:
         start = getattr(self.collator, "position_ids_start", 0)
         return start if isinstance(start, int) else 0
 
+    def document_masks(self, document_ids: torch.Tensor) -> Any:
+        """The ``attention_mask`` of ``attention="mask"`` rows: the 4-D document mask (causal or
+        not, as the rows are), or with ``sliding_window`` one per layer kind (NOTE [ Sliding-
+        window layers in packed rows ]). ``BucketTrainer``'s packing probe uses it too."""
+        causal, dtype = self.causal, self.mask_dtype
+        mask = document_mask(document_ids, causal=causal, dtype=dtype)
+        if self.sliding_window is None:
+            return mask
+        window = self.sliding_window
+        local = document_mask(document_ids, causal=causal, dtype=dtype, window=window)
+        return {"full_attention": mask, "sliding_attention": local}
+
     def __call__(self, samples: list[Any]) -> dict[str, Any]:
         out = self.collator(samples)
         batch = {k: out[k] for k in ("input_ids", "labels", "position_ids")}
         if self.attention == "mask":
-            ids, causal, dtype = out["document_ids"], self.causal, self.mask_dtype
-            batch["attention_mask"] = document_mask(ids, causal=causal, dtype=dtype)
-            if self.sliding_window is not None:  # (NOTE [ Sliding-window layers in packed rows ])
-                batch["attention_mask"] = {
-                    "full_attention": batch["attention_mask"],
-                    "sliding_attention": document_mask(
-                        ids, causal=causal, dtype=dtype, window=self.sliding_window
-                    ),
-                }
+            batch["attention_mask"] = self.document_masks(out["document_ids"])
         elif self.attention == "flash":
             batch["cu_seq_lens_q"] = batch["cu_seq_lens_k"] = out["cu_seqlens"]
             batch["max_length_q"] = batch["max_length_k"] = out["max_seqlen"]

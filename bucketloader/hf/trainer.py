@@ -598,12 +598,16 @@ class _BucketMixin:
             if a != collate.attention and (collate.causal or a == "mask")
         ]
         keeps = [a for a in others if leaks(a) == 0.0]
+        # (a bool mask where the model adds a float one to its scores, eager attention: True
+        # adds 1, so every token sees every other; an additive mask of its dtype keeps them apart)
+        additive = _float_mask_keeps_apart(self.model, collate, at, trained)
         cached = trained is None and leaks(collate.attention, False) == 0.0  # (the cache mixes)
         mixes = (
             f"{name} does not keep the packed documents of {argument} apart with attention="
             f"{collate.attention!r}{' and a cache' if cached else ''}: a document's logits "
             f"changed by {leak:.3g} when only the document before it in the row changed, so "
             "each document would attend to the ones before it"
+            + ("" if collate.causal else " and after it (the rows are masked-LM rows)")
             + ("; with a cache, transformers finds no documents in position_ids" if cached else "")
         )
         restart = f"position_ids_start={start}" if moved else ""
@@ -617,6 +621,12 @@ class _BucketMixin:
             fixes.append(
                 f"pack with hf.for_packing(..., {restart + ', ' if moved else ''}attention="
                 f"{keeps[0]!r}), which {name} keeps apart"
+            )
+        if additive is not None:
+            fixes.append(
+                f"pack with hf.for_packing(..., {restart + ', ' if moved else ''}mask_dtype="
+                f"{additive}) (an additive mask, 0 where a token attends: {name}'s attention "
+                "adds the mask to its scores, so a bool mask's True adds 1 and hides nothing)"
             )
         fix = (
             " or ".join(fixes)
@@ -2175,30 +2185,56 @@ def _position_start(model: Any) -> tuple[int | None, str]:
 #   head on them is refused the other way round.
 
 
-def _sliding_window_of(model: Any) -> int | None:
-    """``config.sliding_window`` of a model some of whose layers are sliding-window ones
-    (``config.layer_types``, or its ``text_config``'s), else ``None``."""
+def _sliding_window_of(model: Any) -> tuple[int | None, bool]:
+    """``(config.sliding_window, whether every layer slides)`` of a model with sliding-window
+    layers (its config's or its ``text_config``'s): some of them where ``config.layer_types``
+    has ``"sliding_attention"`` (Gemma 2 / 3, ModernBERT), all where an int ``sliding_window``
+    comes with no ``layer_types`` (Mistral, Mixtral, Phi-3, Starcoder2); ``(None, False)``
+    for a model without."""
     config = getattr(model, "config", None)
     for c in (config, getattr(config, "text_config", None)):
         kinds = getattr(c, "layer_types", None)
         window = getattr(c, "sliding_window", None)
-        if (
-            isinstance(kinds, (list, tuple))
-            and "sliding_attention" in kinds
-            and isinstance(window, int)
-            and not isinstance(window, bool)
-        ):
-            return window
-    return None
+        if c is None or not isinstance(window, int) or isinstance(window, bool):
+            continue
+        if kinds is None:
+            return window, True
+        if isinstance(kinds, (list, tuple)) and "sliding_attention" in kinds:
+            return window, False
+    return None, False
 
 
 def _check_sliding_window(model: Any, collate: Any, who: str, argument: str) -> None:
     """A model with sliding-window layers takes packed rows with ``attention="mask"`` only with
     one mask per layer kind (NOTE [ Sliding-window layers in packed rows ] in
-    :mod:`bucketloader.hf.packing`), where its window is shorter than a row's documents."""
+    :mod:`bucketloader.hf.packing`), where its window is shorter than a row's documents; a
+    model all of whose layers slide (no ``layer_types``) takes no dict of masks, so there
+    ``attention="mask"`` is refused in rows longer than its window."""
     if collate.attention != "mask":
         return
-    window, given = _sliding_window_of(model), getattr(collate, "sliding_window", None)
+    window, every = _sliding_window_of(model)
+    given = getattr(collate, "sliding_window", None)
+    width = max(shape[-1] for shape in collate.shapes)
+    if every:
+        fix = (
+            "pack with hf.for_packing(..., attention='positions') (transformers then finds the "
+            f"documents in position_ids and applies the window), or rows of at most {window} "
+            "tokens"
+        )
+        if given is not None:
+            raise ValueError(
+                f"{who} has config.sliding_window={window} on every layer (no config.layer_types)"
+                f" and takes no dict of masks, but the packed rows of {argument} are masked per "
+                f"layer kind (sliding_window={given}); drop sliding_window and {fix}"
+            )
+        if (width > window) if collate.causal else (width - 1 > window):
+            raise ValueError(
+                f"{who} has config.sliding_window={window} on every layer (no config.layer_types),"
+                f" but attention='mask' gives its layers the 4-D document mask of the packed rows"
+                f" of {argument} as given, so in rows of {width} tokens they would see whole "
+                f"documents, not the window the model sees on each document alone; {fix}"
+            )
+        return
     if given is not None and window != given:
         has = (
             f"config.sliding_window={window}"
@@ -2212,7 +2248,6 @@ def _check_sliding_window(model: Any, collate: Any, who: str, argument: str) -> 
         )
     if window is None or given is not None:
         return
-    width = max(shape[-1] for shape in collate.shapes)
     if (width > window) if collate.causal else (width - 1 > window):
         reach = "back" if collate.causal else "either way"
         raise ValueError(
@@ -2222,6 +2257,23 @@ def _check_sliding_window(model: Any, collate: Any, who: str, argument: str) -> 
             "whole documents, not the window the model sees on each document alone; pack with "
             f"hf.for_packing(..., sliding_window={window}) (a mask per layer kind)"
         )
+
+
+def _float_mask_keeps_apart(model: Any, collate: Any, start: int, use_cache: Any) -> Any:
+    """The model's float dtype where ``collate`` ships a bool ``attention="mask"`` mask that
+    mixes the documents and the same mask in that dtype (additive) keeps them apart (eager
+    attention), else ``None``."""
+    import copy
+
+    if collate.attention != "mask" or collate.mask_dtype != torch.bool:
+        return None
+    dtypes = [p.dtype for p in model.parameters() if p.dtype.is_floating_point]
+    if not dtypes:
+        return None
+    additive = copy.copy(collate)
+    additive.mask_dtype = dtypes[0]
+    leak = _packing_leak(model, "mask", additive, start, use_cache=use_cache)
+    return dtypes[0] if leak == 0.0 else None
 
 
 #: Heads that shift their labels to predict the next token (refused on masked-LM rows).
@@ -2285,7 +2337,6 @@ def _packing_leak(
     made as ``attention`` says, positions from ``start``, the model called with ``use_cache``
     (``None``: not passed, as training calls it): ``0.0`` where the model keeps the documents
     apart, ``None`` where the probe cannot run (NOTE [ Models that mix packed documents ])."""
-    from bucketloader.pack import document_mask
 
     params = list(model.parameters())
     if not params or any(p.device.type == "meta" for p in params):
@@ -2306,16 +2357,8 @@ def _packing_leak(
         "input_ids": torch.tensor([[a, a, a, a, b, a], [b, b, b, a, b, a]]),
         "position_ids": torch.tensor([[0, 1, 2, 0, 1, 2]] * 2) + start,
     }
-    if attention == "mask":  # (bidirectional for masked-LM rows, as the collator makes it)
-        causal = getattr(collate, "causal", True)
-        batch["attention_mask"] = document_mask(docs, causal=causal, dtype=collate.mask_dtype)
-        window = getattr(collate, "sliding_window", None)
-        if window is not None:  # (one mask per layer kind, as the collator makes them)
-            local = document_mask(docs, causal=causal, dtype=collate.mask_dtype, window=window)
-            batch["attention_mask"] = {
-                "full_attention": batch["attention_mask"],
-                "sliding_attention": local,
-            }
+    if attention == "mask":  # (as the collator makes it: bidirectional, per layer kind ...)
+        batch["attention_mask"] = collate.document_masks(docs)
     elif attention == "flash":
         cu = torch.tensor([0, 3, 6, 9, 12], dtype=torch.int32)
         batch["cu_seq_lens_q"] = batch["cu_seq_lens_k"] = cu

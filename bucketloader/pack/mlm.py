@@ -105,12 +105,15 @@ class MLMMasking:
                 f"special_ids={specials!r}"
             )
         specials = tuple(sorted({check_int("special_ids", s) for s in specials}))
-        p = check_float("mlm_probability", self.mlm_probability, minimum=0.0, maximum=1.0)
-        if p == 0.0:
-            raise ValueError(
-                "mlm_probability must be in (0, 1], got mlm_probability=0.0: no token would be "
-                "a target; 0.15 is BERT's"
-            )
+        try:  # (one range in every refusal: 0 is refused too, 0.15 is BERT's)
+            p = check_float("mlm_probability", self.mlm_probability, minimum=0.0, maximum=1.0)
+            if p == 0.0:
+                raise ValueError("no token would be a target")
+        except (TypeError, ValueError) as err:
+            raise type(err)(
+                f"mlm_probability must be a number in (0, 1], got mlm_probability="
+                f"{self.mlm_probability!r}; 0.15 is BERT's"
+            ) from None
         m = check_float("mask_replace_prob", self.mask_replace_prob, minimum=0.0, maximum=1.0)
         r = check_float("random_replace_prob", self.random_replace_prob, minimum=0.0, maximum=1.0)
         if m + r > 1.0:
