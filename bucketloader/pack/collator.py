@@ -485,6 +485,18 @@ class PackCollator:
         )
 
 
+def share_epoch(owner: Any, collator: PackCollator) -> PackCollator:
+    """``collator``, given the epoch its ``owner`` shares with every masking collator it builds
+    (a ``PackSampler`` or ``PackIterable``: NOTE [ The epoch a masking collator reads ]); the
+    first one built supplies the shared tensor, set to the owner's epoch."""
+    if collator._epoch is not None:
+        if owner._mlm_epoch is None:
+            owner._mlm_epoch = collator._epoch
+            owner._mlm_epoch[0] = owner.epoch
+        collator._epoch = owner._mlm_epoch
+    return collator
+
+
 def _cut_hint(m: int) -> str:
     """The way on when ``max_seqlen`` is a bound the model needs: a raised ``max_seqlen`` would
     then fail there (a learned position table of ``m`` rows: ``BucketTrainer`` names

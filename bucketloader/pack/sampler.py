@@ -155,16 +155,10 @@ class PackSampler(EpochSampler):
 
     def collator(self, **kwargs: Any) -> pack_collator.PackCollator:
         """``PackCollator(self.table, **kwargs)``: lays out every batch at its planned shape."""
-        from bucketloader.pack.collator import PackCollator
+        from bucketloader.pack.collator import PackCollator, share_epoch
 
         check_collator_options(f"{type(self).__name__}.collator()", PackCollator, kwargs)
-        collator = PackCollator(self.table, **kwargs)
-        if collator._epoch is not None:  # (NOTE [ The epoch a masking collator reads ])
-            if self._mlm_epoch is None:
-                self._mlm_epoch = collator._epoch
-                self._mlm_epoch[0] = self.epoch
-            collator._epoch = self._mlm_epoch
-        return collator
+        return share_epoch(self, PackCollator(self.table, **kwargs))
 
     def _pass_starts(self) -> None:
         """Masking collators draw this pass's epoch (NOTE [ The epoch a masking collator

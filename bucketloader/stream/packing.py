@@ -246,16 +246,10 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
     def collator(self, **kwargs: Any) -> pack_collator.PackCollator:
         """``PackCollator(self.table, **kwargs)``; use
         ``DataLoader(stream, batch_size=None, collate_fn=stream.collator())``."""
-        from bucketloader.pack.collator import PackCollator
+        from bucketloader.pack.collator import PackCollator, share_epoch
 
         check_collator_options(f"{type(self).__name__}.collator()", PackCollator, kwargs)
-        collator = PackCollator(self.table, **kwargs)
-        if collator._epoch is not None:  # (NOTE [ The epoch a masking collator reads ])
-            if self._mlm_epoch is None:
-                self._mlm_epoch = collator._epoch
-                self._mlm_epoch[0] = self.epoch
-            collator._epoch = self._mlm_epoch
-        return collator
+        return share_epoch(self, PackCollator(self.table, **kwargs))
 
     #: The epoch its masking collators draw (a shared int64 tensor once one is built), written
     #: when a pass starts, in the process that iterates (a DataLoader worker collates there).
