@@ -201,16 +201,23 @@ class EpochSampler(Sampler[list[int]]):
         known): NOTE [ An epoch boundary on another number of ranks ]."""
         return None
 
-    def _current_on_saved_ranks(self, saved: dict[str, Any]) -> bool:
+    def _digest_on_saved_ranks(self, saved: Any) -> str | None:
+        """:meth:`_digest_on` the ranks a state's ``saved`` configuration names, where it names
+        another number of ranks (``None`` where it does not, or that digest is not known)."""
+        theirs = saved.get("num_replicas") if isinstance(saved, dict) else None
+        if not isinstance(theirs, int) or isinstance(theirs, bool):
+            return None
+        return self._digest_on(theirs) if 1 <= theirs != self.num_replicas else None
+
+    def _current_on_saved_ranks(self, saved: Any) -> bool:
         """Whether a state's ``saved`` configuration is from other ranks and its plan digest
         (less its fill version) is the one this sampler's data and options make on them."""
-        theirs, digest = saved.get("num_replicas"), saved.get("plan_digest")
+        digest = saved.get("plan_digest") if isinstance(saved, dict) else None
+        mine = self._digest_on_saved_ranks(saved)
         return (
-            isinstance(theirs, int)
-            and not isinstance(theirs, bool)
+            mine is not None
             and isinstance(digest, str)
-            and 1 <= theirs != self.num_replicas
-            and re.sub(r"/fill=\d+", "", digest) == self._digest_on(theirs)
+            and re.sub(r"/fill=\d+", "", digest) == mine
         )
 
     def __len__(self) -> int:
@@ -398,18 +405,11 @@ class EpochSampler(Sampler[list[int]]):
         """
         config = self._config_against(state)
         saved = state.get("config") if isinstance(state, dict) else None
-        other_plan = False
-        if isinstance(saved, dict) and self._current_on_saved_ranks(saved):
-            # (the saved ranks' plan of this data and these options: the ranks alone differ)
-            config = {**config, "plan_digest": saved["plan_digest"]}
-        elif isinstance(saved, dict) and saved.get("num_replicas") != self.num_replicas:
-            theirs = saved.get("num_replicas")
-            other_plan = (  # (data or options differ beside the ranks: their error, not the ranks')
-                isinstance(theirs, int)
-                and not isinstance(theirs, bool)
-                and theirs >= 1
-                and self._digest_on(theirs) is not None
-            )
+        current = self._current_on_saved_ranks(saved)
+        if current:  # (the saved ranks' plan of this data and these options: only ranks differ)
+            config = {**config, "plan_digest": saved["plan_digest"]}  # type: ignore[index]
+        # (data or options differ beside the ranks: their error, not the ranks')
+        other_plan = not current and self._digest_on_saved_ranks(saved) is not None
         epoch, pos = _check_state(
             state,
             config,
@@ -1039,7 +1039,7 @@ class BucketSampler(SpecShapes, EpochSampler):
         # (a state of this data and options on other ranks is not an older version's, whose
         # digests the checks below look for: on 1 rank, or where the saved ranks promoted
         # nothing, this version's digest is the given or the even spec's, s32-user)
-        older = not (isinstance(saved, dict) and self._current_on_saved_ranks(saved))
+        older = not self._current_on_saved_ranks(saved)
         if (
             older
             and isinstance(saved, dict)
