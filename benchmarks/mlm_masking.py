@@ -3,9 +3,12 @@
 One batch of 8 rows of 2,048 tokens, filled to ~90% with documents of 50-349 tokens (uniform,
 ``numpy`` seed 0; ids in [5, 30000), specials 0-4), repeated: ``MLMMasking.apply`` on the
 batch's flat layout (its documents' 16k tokens), and ``PackCollator`` on the batch's samples
-(lists of ids) without and with ``mlm=MLMMasking(...)`` (BERT's 0.15 / 0.8 / 0.1). Times in us:
-CPU time of the thread (``torch.set_num_threads(1)``, as in DataLoader workers), the best of 7
-rounds of 100 calls.
+(lists of ids) without and with ``mlm=MLMMasking(...)`` (BERT's 0.15 / 0.8 / 0.1); and the
+batch's bidirectional ``document_mask`` (bool), without and with ``window=64`` (a ModernBERT
+sliding layer's, NOTE [ Sliding-window layers in packed rows ]; ``hf.PackedInputs(
+sliding_window=)`` builds both each batch). Times in us: CPU time of the thread
+(``torch.set_num_threads(1)``, as in DataLoader workers), the best of 7 rounds of 100 calls
+(of 3 for the masks).
 
 Run: ``PYTHONPATH=$PWD python benchmarks/mlm_masking.py`` (a few seconds). Writes
 ``benchmarks/results/mlm_masking.md``.
@@ -24,7 +27,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bucketloader.pack import MLMMasking, PackCollator, PackTable  # noqa: E402
+from bucketloader.pack import MLMMasking, PackCollator, PackTable, document_mask  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "mlm_masking.md"
 ROWS, WIDTH = 8, 2048
@@ -64,16 +67,20 @@ def main() -> None:
     apply_us = best_of(lambda: masking.apply(flat, starts, sizes, epoch=0))
     plain_us = best_of(lambda: plain(samples))
     masked_us = best_of(lambda: masked(samples))
+    document_ids = masked(samples)["document_ids"]
+    full_us = best_of(lambda: document_mask(document_ids, causal=False), calls=3)
+    window_us = best_of(lambda: document_mask(document_ids, causal=False, window=64), calls=3)
     text = (
         "# Masked-LM masking in the packing collator (benchmarks/mlm_masking.py)\n\n"
         f"Command: `PYTHONPATH=$PWD python benchmarks/mlm_masking.py`. {platform.machine()}, "
         f"torch {torch.__version__}, numpy {np.__version__}, a shared machine. One batch of "
         f"{ROWS} x {WIDTH} tokens: {len(docs)} documents, {total} tokens. CPU time of the "
         "thread, the best of 7 rounds of 100 calls, us.\n\n"
-        "| MLMMasking.apply | PackCollator | PackCollator(mlm=) | mlm's share |\n"
-        "|---:|---:|---:|---:|\n"
+        "| MLMMasking.apply | PackCollator | PackCollator(mlm=) | mlm's share | "
+        "document_mask | document_mask(window=64) |\n"
+        "|---:|---:|---:|---:|---:|---:|\n"
         f"| {apply_us:.0f} | {plain_us:.0f} | {masked_us:.0f} | "
-        f"{(masked_us - plain_us) / masked_us:.0%} |\n"
+        f"{(masked_us - plain_us) / masked_us:.0%} | {full_us:.0f} | {window_us:.0f} |\n"
     )
     print(text)
     OUT.write_text(text)
