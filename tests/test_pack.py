@@ -933,6 +933,24 @@ def test_masks_agree_with_each_other_and_sdpa():
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
 
 
+def test_window_masks_are_the_band_transformers_builds():
+    """document_mask(window=w): same document and key j within 0 <= i - j < w of query i
+    (causal), or |i - j| <= w (bidirectional), as written in its docstring; every width from
+    one token to past the row, in both dtypes."""
+    ids = torch.tensor([[0, 0, 0, 0, 0, 1, 1, 1, -1], [2, 2, 2, 2, 2, 2, 2, 2, 2]])
+    i, j = torch.arange(9)[:, None], torch.arange(9)[None, :]
+    same = ids[:, :, None] == ids[:, None, :]
+    for window in range(1, 11):
+        for causal, near in (
+            (True, (i - j >= 0) & (i - j < window)),
+            (False, (i - j).abs() <= window),
+        ):
+            want = (same & near)[:, None]
+            assert torch.equal(document_mask(ids, causal=causal, window=window), want)
+            additive = document_mask(ids, causal=causal, window=window, dtype=torch.float32)
+            assert torch.equal(additive == 0, want)
+
+
 def test_block_mask_names_the_torch_it_needs(monkeypatch):
     """torch < 2.5 has no flex_attention: one error naming the feature, the torch found and the
     upgrade, where the rest of packing (document_mask) works."""

@@ -233,6 +233,42 @@ def test_masks_follow_seed_epoch_and_document_only():
         assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["labels"], b["labels"])
 
 
+def test_masks_are_the_draws_the_note_defines():
+    """NOTE [ Masked-LM masking of packed rows ]: token ``t`` of a document picks with its
+    SplitMix64 uniform ``4 t + 1`` from the document's key, is replaced with the mask token by
+    ``4 t + 2``, with a random id by ``4 t + 3`` (the id: output ``4 t + 4`` mod the vocabulary).
+    Written here over every token, as the definition reads (apply draws the later numbers for the
+    picked tokens only: the same masks); padding between the documents is left alone."""
+    from bucketloader.pack import mlm
+
+    rng = np.random.default_rng(7)
+    sizes = np.array([0, 5, 40, 1, 33, 17], dtype=np.int64)
+    starts = np.cumsum(sizes + 2) - sizes  # (two padding tokens before each document)
+    flat = rng.integers(0, VOCAB, size=int(starts[-1] + sizes[-1] + 3)).astype(np.int64)
+    masking = _masking(mlm_probability=0.5, mask_replace_prob=0.5, random_replace_prob=0.3)
+    ids, labels = masking.apply(flat, starts, sizes, epoch=3)
+    want_ids, want_labels = flat.copy(), np.full(flat.shape, IGNORE_INDEX, dtype=np.int64)
+    key = mlm._epoch_key(masking.seed, 3)
+    drawn = np.zeros(2, dtype=np.int64)  # (mask tokens, random ids)
+    for s, n in zip(starts.tolist(), sizes.tolist(), strict=True):
+        if not n:
+            continue
+        doc = flat[s : s + n]
+        base = np.repeat(mlm._document_keys(flat, np.array([s]), np.array([n]), key), n)
+        t = np.arange(n, dtype=np.uint64)
+        picked = (mlm._uniform(base, t, 0) < 0.5) & ~np.isin(doc, SPECIAL)
+        masked = picked & (mlm._uniform(base, t, 1) < 0.5)
+        randomised = picked & ~masked & (mlm._uniform(base, t, 2) < 0.3 / 0.5)
+        drawn += masked.sum(), randomised.sum()
+        new = doc.copy()
+        new[masked] = MASK
+        new[randomised] = (mlm._mix(base, t, 3) % np.uint64(VOCAB)).astype(np.int64)[randomised]
+        want_ids[s : s + n] = new
+        want_labels[s : s + n][picked] = doc[picked]
+    assert drawn.min() > 0  # (both replacements drawn)
+    assert np.array_equal(ids, want_ids) and np.array_equal(labels, want_labels)
+
+
 def test_mlm_masking_refuses_bad_options():
     # (s32-tidyA: 1.5 was refused as outside [0.0, 1.0], a range 0 was refused from too)
     for p, error in ((0, ValueError), (0.0, ValueError), (1.5, ValueError), ("0.15", TypeError)):

@@ -77,13 +77,16 @@ def document_mask(
     if window is not None:
         window = check_int("window", window, minimum=1)
     mask = ids[:, :, None] == ids[:, None, :]
-    n = ids.shape[1]
-    if causal:
-        mask &= torch.ones(n, n, dtype=torch.bool, device=ids.device).tril()
-    if window is not None:
-        pos = torch.arange(n, device=ids.device)
-        apart = pos[:, None] - pos[None, :]
-        mask &= apart < window if causal else apart.abs() <= window
+    if causal or window is not None:
+        # (the band as diagonals of a bool (n, n): no int64 (n, n) of distances)
+        seen = torch.ones(ids.shape[1], ids.shape[1], dtype=torch.bool, device=ids.device)
+        if window is None:  # (causal) 0 <= i - j
+            seen = seen.tril()
+        elif causal:  # 0 <= i - j < window
+            seen = seen.tril().triu(1 - window)
+        else:  # |i - j| <= window
+            seen = seen.triu(-window).tril(window)
+        mask &= seen
     mask = mask[:, None]
     if dtype == torch.bool:
         return mask

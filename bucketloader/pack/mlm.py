@@ -186,17 +186,19 @@ class MLMMasking:
         picked = _uniform(base, token, 0) < self.mlm_probability
         if self.special_ids:
             picked &= ~np.isin(orig, np.asarray(self.special_ids, dtype=np.int64))
-        labels[where[picked]] = orig[picked]
-        new = orig.copy()
-        replaced = picked & (_uniform(base, token, 1) < self.mask_replace_prob)
-        new[replaced] = self.mask_token_id
+        # (the later draws for the picked tokens only, ~15%: the same numbers; one flatnonzero,
+        # as boolean indexing with a scattered mask is several times slower per array)
+        at = np.flatnonzero(picked)
+        where, base, token = where[at], base[at], token[at]
+        labels[where] = orig[at]
+        replaced = _uniform(base, token, 1) < self.mask_replace_prob
         rest = 1.0 - self.mask_replace_prob
         if self.random_replace_prob > 0.0 and rest > 0.0:
             scaled = self.random_replace_prob / rest
-            randomised = picked & ~replaced & (_uniform(base, token, 2) < scaled)
-            draws = _mix(base, token, 3) % np.uint64(self.vocab_size)
-            new[randomised] = draws[randomised].astype(np.int64)
-        ids[where] = new
+            randomised = ~replaced & (_uniform(base, token, 2) < scaled)
+            draws = _mix(base[randomised], token[randomised], 3) % np.uint64(self.vocab_size)
+            ids[where[randomised]] = draws.astype(np.int64)
+        ids[where[replaced]] = self.mask_token_id
         return ids, labels
 
 
