@@ -311,7 +311,8 @@ def column_lengths(arr: Any, path: str, indices: np.ndarray | None = None) -> np
         found = numbers_as_text(arr)
         if found:
             fix = f"dataset = dataset.cast_column({path!r}, datasets.Value('int64'))"
-            raise ValueError(numbers_as_text_error(path, found, fix))
+            chars = f"fn=lambda batch: [len(s) for s in batch[{path!r}]]"
+            raise ValueError(numbers_as_text_error(path, found, fix, chars))
     parts, null_rows, offset = [], [], 0
     for chunk in arr.chunks:
         values = chunk if measure is None else measure(chunk)
