@@ -26,9 +26,12 @@ its own values. The column's type is read from the schema (no row read), and onl
 is looked at (:func:`numbers_throughout`, or Spark's job), until a value that is not a number
 settles it: for real text, in the first batch. ``ray_bucket_ids`` and ``spark_bucket_ids`` look
 when called (lazy otherwise), and a stream (``BucketIterable``, ``PackIterable``) when built,
-where its ``length_fn`` is a key (or ``None``, which measures a dict by its ``"length"``
-entry) and its source is Arrow-backed (``ArrowRows``, a ``datasets.Dataset``): each reads only
-that column. A stream over any other source sees one sample at a time, and is not checked.
+where its ``length_fn`` is a key and its source is Arrow-backed (``ArrowRows``, a
+``datasets.Dataset``): each reads only that column. A stream over any other source sees one
+sample at a time, and is not checked. Where no key is named, a dict sample is measured by its
+``"length"`` entry, the length itself: text there is refused by its type, sample by sample
+(NOTE [ The length of a sample ] in :mod:`bucketloader._samples`), as ``hf.lengths`` refuses
+a string ``"length"`` column when no column is named.
 """
 
 from __future__ import annotations

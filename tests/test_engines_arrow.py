@@ -14,6 +14,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 
+import bucketloader
 from bucketloader.engines import ScanResult, parquet_histogram
 from bucketloader.histogram import JointHistogram, LengthHistogram
 from bucketloader.solve import compute_boundaries
@@ -1124,8 +1125,18 @@ def test_a_stream_over_arrow_refuses_the_string_column_of_numbers_parquet_histog
     fixed = streams["bucket"](rows, lambda sample: int(sample["n"]))  # the fix named
     assert sorted(s["id"] for b in fixed for s in b) == list(range(len(text)))
     assert sorted(int(s["n"]) for b in fixed for s in b) == sorted(lengths.tolist())
-    with pytest.raises(ValueError, match="column 'length' is a string column whose every"):
-        streams["pack"](ArrowRows(pa.table({"length": text})), None)  # the default entry
+    # no key: a dict is measured by its 'length' entry, the length itself; text there is refused
+    # by its type at the first sample, from any source (as hf.lengths with no column named)
+    fix = "length_fn=lambda sample: int(sample['length'])"
+    for source in (ArrowRows(pa.table({"length": text})), [{"length": t} for t in text]):
+        for make in streams.values():
+            with pytest.raises(TypeError, match=r"'length' entry, read as its length when no "):
+                next(iter(make(source, None)))
+    with pytest.raises(TypeError) as info:
+        bucketloader.analyze([{"length": t, "ids": [1]} for t in text])  # (column= in its words)
+    assert str(info.value).endswith(
+        f"for lengths stored as text, {fix.replace('length_fn', 'column')}"
+    )
     datasets = pytest.importorskip("datasets")
     with pytest.raises(ValueError, match=r"cast_column\('n', datasets.Value\('int64'\)\)"):
         streams["bucket"](datasets.Dataset.from_dict({"n": text}), "n")

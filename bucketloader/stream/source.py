@@ -91,14 +91,16 @@ def make_length_fn(length_fn: Any) -> Callable[[Any], Any]:
 
 
 def check_length_columns(source: Any, length_fn: Any) -> None:
-    """Refuse a ``length_fn`` key (or, with ``length_fn=None``, the ``"length"`` entry a dict
-    sample is measured by) that names a string column of numbers in an Arrow-backed source
+    """Refuse a ``length_fn`` key that names a string column of numbers in an Arrow-backed source
     (:class:`~bucketloader.stream.arrow.ArrowRows`, a ``datasets.Dataset``): each ``"120"``
     would be measured in characters, 3 (NOTE [ Numbers written as text ] in
     :mod:`bucketloader._arrow`: the rule of ``parquet_histogram`` and ``hf.lengths``, over the
     whole column, so a text column that holds one word is measured as text). A column's type
     comes from the schema, so a column of another type reads nothing; any other source, or a
-    callable ``length_fn``, is not looked at (a stream sees one sample at a time).
+    callable ``length_fn``, is not looked at (a stream sees one sample at a time). With
+    ``length_fn=None`` a dict is measured by its ``"length"`` entry, which holds the length
+    itself: text there is refused sample by sample, by its type (NOTE [ The length of a
+    sample ] in :mod:`bucketloader._samples`).
 
     Example:
         >>> import pyarrow as pa
@@ -110,11 +112,7 @@ def check_length_columns(source: Any, length_fn: Any) -> None:
         Read them as integers: pass length_fn=lambda sample: int(sample['n'])
         or, where the digits are the text, count its characters: length_fn=lambda sample: ...
     """
-    from bucketloader._samples import LENGTH_KEY
-
-    if length_fn is None:
-        keys = [LENGTH_KEY]
-    elif isinstance(length_fn, str):
+    if isinstance(length_fn, str):
         keys = [length_fn]
     elif isinstance(length_fn, (tuple, list)):
         keys = [k for k in length_fn if isinstance(k, str)]
