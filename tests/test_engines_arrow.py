@@ -1122,6 +1122,9 @@ def test_a_stream_over_arrow_refuses_the_string_column_of_numbers_parquet_histog
         assert message.endswith("count its characters: length_fn=lambda sample: len(sample['n'])")
     by_chars = streams["bucket"](rows, lambda sample: len(sample["n"]))  # the other way named
     assert sorted(len(s["n"]) for b in by_chars for s in b) == sorted(len(t) for t in text)
+    # a column the rows leave out (columns=) is not looked at: the stream names it as missing
+    with pytest.raises(ValueError, match=r"length_fn='n' is not in the samples"):
+        next(iter(streams["bucket"](ArrowRows(tmp_path / "ds", columns=["id"]), "n")))
     fixed = streams["bucket"](rows, lambda sample: int(sample["n"]))  # the fix named
     assert sorted(s["id"] for b in fixed for s in b) == list(range(len(text)))
     assert sorted(int(s["n"]) for b in fixed for s in b) == sorted(lengths.tolist())

@@ -165,6 +165,8 @@ class ArrowRows(Sequence):  # type: ignore[type-arg]
             >>> rows.numbers_as_text("n"), rows.numbers_as_text("text")
             (['3', '120'], None)
         """
+        if self.columns is not None and column not in self.columns:
+            return None  # (not in the rows: the stream says so, naming the columns read)
         if self.table is not None:
             if column not in self.table.column_names:
                 return None
