@@ -704,6 +704,43 @@ def test_sliding_window_layers_take_a_mask_per_layer_kind(tmp_path):
     assert worst["per kind"] < 1e-6 and worst["plain"] > 1e-2, worst
 
 
+def test_the_masks_per_layer_kind_build_the_document_mask_once(monkeypatch):
+    """s33-zero3: PackedInputs(sliding_window=).document_masks built the document mask twice
+    (once per layer kind, ~40 ms of a 8 x 2048 batch: benchmarks/mlm_masking.py); it builds it
+    once and derives the sliding layers' mask, the same masks as two document_mask calls on
+    random rows, causal or masked-LM, bool or additive."""
+    from bucketloader.hf import packing
+    from bucketloader.pack import document_mask
+
+    rng = np.random.default_rng(1)
+    ds = datasets.Dataset.from_dict({"input_ids": [[5, 6, 7]] * 4})
+    built = []
+
+    def counted(*args, **kwargs):
+        built.append(kwargs.get("window"))
+        return document_mask(*args, **kwargs)
+
+    monkeypatch.setattr(packing, "document_mask", counted)
+    for dtype in (torch.bool, torch.float32):
+        packed = hf.for_packing(
+            ds, pad_token_id=0, row_length=8, batch_size=2, attention="mask",
+            sliding_window=3, mask_dtype=dtype,
+        )  # fmt: skip
+        collate = packed.collator
+        for causal in (True, False):
+            collate.collator.mlm = None if causal else object()  # (causal reads it)
+            assert collate.causal is causal
+            for _ in range(10):
+                ids = torch.as_tensor(np.sort(rng.integers(-1, 4, (2, int(rng.integers(2, 30))))))
+                built.clear()
+                masks = collate.document_masks(ids)
+                assert built == [None]  # (one document mask, no windowed rebuild)
+                want = document_mask(ids, causal=causal, dtype=dtype)
+                local = document_mask(ids, causal=causal, dtype=dtype, window=3)
+                assert torch.equal(masks["full_attention"], want)
+                assert torch.equal(masks["sliding_attention"], local)
+
+
 def test_a_model_whose_every_layer_slides_is_refused_a_plain_document_mask(tmp_path):
     """s32-tidyA: Mistral (an int config.sliding_window, no layer_types: every layer slides)
     used the 4-D document mask of attention="mask" as given, so its layers saw whole documents
