@@ -139,7 +139,7 @@ class PackedInputs:
         self.mask_dtype = mask_dtype
         self.return_seq_idx = _check_seq_idx(return_seq_idx, attention)
         _check_mlm_attention(getattr(collator, "mlm", None), attention)
-        self.sliding_window = _check_sliding_window(sliding_window, attention)
+        self.sliding_window = _check_sliding_window_option(sliding_window, attention)
         if self.return_seq_idx and not getattr(collator, "seq_idx", False):
             raise ValueError(
                 "return_seq_idx=True needs a collator built with seq_idx=True "
@@ -216,7 +216,9 @@ def _check_mlm_attention(mlm: Any, attention: str) -> None:
         )
 
 
-def _check_sliding_window(sliding_window: Any, attention: str) -> int | None:
+def _check_sliding_window_option(sliding_window: Any, attention: str) -> int | None:
+    """The ``sliding_window=`` option itself: ``None``, or an int >= 1 with ``attention="mask"``
+    (whether it is the model's window is ``BucketTrainer``'s check, which sees the model)."""
     if sliding_window is None:
         return None
     window = check_int("sliding_window", sliding_window, minimum=1)
@@ -337,7 +339,7 @@ def for_packing(
     check_choice("attention", attention, ATTENTION)  # before the lengths are read
     _check_seq_idx(return_seq_idx, attention)
     _check_mlm_attention(mlm, attention)
-    _check_sliding_window(sliding_window, attention)
+    _check_sliding_window_option(sliding_window, attention)
     check_int("position_ids_start", position_ids_start, minimum=0)
     dataset_list(dataset, "for_packing")  # (a pyarrow.Table has no rows by index)
     check_token_columns([dataset], [column], "for_packing")

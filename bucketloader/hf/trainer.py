@@ -559,7 +559,7 @@ class _BucketMixin:
                 "bidirectional mask that shows each token its whole document; pack causal-LM "
                 "rows: hf.for_packing(...) without mlm_probability"
             )
-        _check_sliding_window(core, collate, f"{owner}: {name}", argument)
+        _check_sliding_layers_take_mask(core, collate, f"{owner}: {name}", argument)
         start, table = _position_start(self.model)
         given = collate.position_ids_start
         moved = start is not None and given != start
@@ -2204,7 +2204,7 @@ def _sliding_window_of(model: Any) -> tuple[int | None, bool]:
     return None, False
 
 
-def _check_sliding_window(model: Any, collate: Any, who: str, argument: str) -> None:
+def _check_sliding_layers_take_mask(model: Any, collate: Any, who: str, argument: str) -> None:
     """A model with sliding-window layers takes packed rows with ``attention="mask"`` only with
     one mask per layer kind (NOTE [ Sliding-window layers in packed rows ] in
     :mod:`bucketloader.hf.packing`), where its window is shorter than a row's documents; a
@@ -2215,6 +2215,9 @@ def _check_sliding_window(model: Any, collate: Any, who: str, argument: str) -> 
     window, every = _sliding_window_of(model)
     given = getattr(collate, "sliding_window", None)
     width = max(shape[-1] for shape in collate.shapes)
+    # (whether a row holds two tokens further apart than the window reaches: i - j < window
+    # back for causal rows, |i - j| <= window either way for masked-LM ones)
+    beyond = window is not None and (width > window if collate.causal else width - 1 > window)
     if every:
         fix = (
             "pack with hf.for_packing(..., attention='positions') (transformers then finds the "
@@ -2227,7 +2230,7 @@ def _check_sliding_window(model: Any, collate: Any, who: str, argument: str) -> 
                 f" and takes no dict of masks, but the packed rows of {argument} are masked per "
                 f"layer kind (sliding_window={given}); drop sliding_window and {fix}"
             )
-        if (width > window) if collate.causal else (width - 1 > window):
+        if beyond:
             raise ValueError(
                 f"{who} has config.sliding_window={window} on every layer (no config.layer_types),"
                 f" but attention='mask' gives its layers the 4-D document mask of the packed rows"
@@ -2246,9 +2249,7 @@ def _check_sliding_window(model: Any, collate: Any, who: str, argument: str) -> 
             f"{who} has {has}, but the packed rows of {argument} are masked for sliding_window="
             f"{given}; pack with hf.for_packing(..., {fix})"
         )
-    if window is None or given is not None:
-        return
-    if (width > window) if collate.causal else (width - 1 > window):
+    if beyond and given is None:
         reach = "back" if collate.causal else "either way"
         raise ValueError(
             f"{who} has sliding-window layers (config.layer_types) that attend {window} tokens "
