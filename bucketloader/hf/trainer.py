@@ -2500,8 +2500,8 @@ def _stand_in(model: Any) -> tuple[Any, str]:
             f"{kind.__name__} is code of its own ({kind.__module__}), whose config no copy "
             "is known to keep the attention of"
         )
-    small = copy.deepcopy(config)
     try:
+        small = copy.deepcopy(config)
         _shrink(small)
         with torch.random.fork_rng(devices=[]), torch.device("cpu"):
             torch.manual_seed(0)
