@@ -781,7 +781,7 @@ def test_the_small_copy_gives_the_full_models_verdict(arch):
     model_class, config_class, config, rows = _ARCHITECTURES[arch]
     config = getattr(transformers, config_class)(
         **{"num_hidden_layers": 2, **config}, attn_implementation="eager"
-    )  # (sdpa too, and more architectures: /work/notes/s33-zero3-repros/verdicts.py)
+    )  # (sdpa and 11 more architectures were compared by hand: s33-zero3)
     torch.manual_seed(0)
     model = getattr(transformers, model_class)(config).eval()
     stand, why = _stand_in(model)
