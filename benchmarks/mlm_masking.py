@@ -8,7 +8,10 @@ batch's bidirectional ``document_mask`` (bool), without and with ``window=64`` (
 sliding layer's, NOTE [ Sliding-window layers in packed rows ]; ``hf.PackedInputs(
 sliding_window=)`` builds both each batch). Times in us: CPU time of the thread
 (``torch.set_num_threads(1)``, as in DataLoader workers), the best of 7 rounds of 100 calls
-(of 3 for the masks).
+(of 3 for the masks). And the two masks of a model with both layer kinds (``hf.PackedInputs(
+sliding_window=64).document_masks``, bool and float32): as built up to s32 (two
+``document_mask`` calls, the windowed one rebuilt from the ids) and now (one, the window derived
+by ``sliding_window_mask``); the same masks (checked here).
 
 Run: ``PYTHONPATH=$PWD python benchmarks/mlm_masking.py`` (a few seconds). Writes
 ``benchmarks/results/mlm_masking.md``.
@@ -27,7 +30,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bucketloader.pack import MLMMasking, PackCollator, PackTable, document_mask  # noqa: E402
+from bucketloader.pack import (  # noqa: E402
+    MLMMasking,
+    PackCollator,
+    PackTable,
+    document_mask,
+    sliding_window_mask,
+)
 
 OUT = ROOT / "benchmarks" / "results" / "mlm_masking.md"
 ROWS, WIDTH = 8, 2048
@@ -70,6 +79,20 @@ def main() -> None:
     document_ids = masked(samples)["document_ids"]
     full_us = best_of(lambda: document_mask(document_ids, causal=False), calls=3)
     window_us = best_of(lambda: document_mask(document_ids, causal=False, window=64), calls=3)
+    pairs = []
+    for causal in (True, False):
+        for dtype in (torch.bool, torch.float32):
+
+            def rebuilt(causal=causal, dtype=dtype):
+                full = document_mask(document_ids, causal=causal, dtype=dtype)
+                return full, document_mask(document_ids, causal=causal, dtype=dtype, window=64)
+
+            def derived(causal=causal, dtype=dtype):
+                full = document_mask(document_ids, causal=causal, dtype=dtype)
+                return full, sliding_window_mask(full, 64, causal=causal)
+
+            assert all(torch.equal(a, b) for a, b in zip(rebuilt(), derived(), strict=True))
+            pairs.append((causal, dtype, best_of(rebuilt, calls=3), best_of(derived, calls=3)))
     text = (
         "# Masked-LM masking in the packing collator (benchmarks/mlm_masking.py)\n\n"
         f"Command: `PYTHONPATH=$PWD python benchmarks/mlm_masking.py`. {platform.machine()}, "
@@ -80,7 +103,16 @@ def main() -> None:
         "document_mask | document_mask(window=64) |\n"
         "|---:|---:|---:|---:|---:|---:|\n"
         f"| {apply_us:.0f} | {plain_us:.0f} | {masked_us:.0f} | "
-        f"{(masked_us - plain_us) / masked_us:.0%} | {full_us:.0f} | {window_us:.0f} |\n"
+        f"{(masked_us - plain_us) / masked_us:.0%} | {full_us:.0f} | {window_us:.0f} |\n\n"
+        "Both masks of a model with full and sliding-window layers (PackedInputs(sliding_window="
+        "64).document_masks), us: rebuilt = two document_mask calls (up to s32), derived = "
+        "one, the window by sliding_window_mask (s33); equal masks.\n\n"
+        "| rows | mask dtype | rebuilt | derived | saved |\n|---|---|---:|---:|---:|\n"
+        + "".join(
+            f"| {'causal' if c else 'masked-LM'} | {str(d).removeprefix('torch.')} | {a:.0f} | "
+            f"{b:.0f} | {1 - b / a:.0%} |\n"
+            for c, d, a, b in pairs
+        )
     )
     print(text)
     OUT.write_text(text)

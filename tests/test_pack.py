@@ -29,6 +29,7 @@ from bucketloader.pack import (
     document_mask,
     document_mask_mod,
     plan_pack_epoch,
+    sliding_window_mask,
 )
 from bucketloader.pack._bins import lower_bound, solve
 
@@ -949,6 +950,27 @@ def test_window_masks_are_the_band_transformers_builds():
             assert torch.equal(document_mask(ids, causal=causal, window=window), want)
             additive = document_mask(ids, causal=causal, window=window, dtype=torch.float32)
             assert torch.equal(additive == 0, want)
+
+
+def test_a_sliding_window_mask_derived_from_the_document_mask_is_the_one_built_afresh():
+    """s33-zero3: sliding_window_mask(document_mask(ids), w) equals document_mask(ids, window=w),
+    on random rows (documents, padding) of random widths, causal or not, bool or additive; a
+    mask that is not (..., L, L) and a window < 1 are refused, named."""
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        width = int(rng.integers(1, 40))
+        ids = torch.as_tensor(np.sort(rng.integers(-1, 5, (int(rng.integers(1, 4)), width))))
+        window = int(rng.integers(1, width + 3))
+        for causal in (True, False):
+            for dtype in (torch.bool, torch.float32, torch.bfloat16):
+                full = document_mask(ids, causal=causal, dtype=dtype)
+                want = document_mask(ids, causal=causal, dtype=dtype, window=window)
+                got = sliding_window_mask(full, window, causal=causal)
+                assert got.dtype == dtype and torch.equal(got, want), (ids, window, causal)
+    with pytest.raises(ValueError, match=r"window must be an int >= 1, got window=0"):
+        sliding_window_mask(full, 0)
+    with pytest.raises(ValueError, match=r"mask must be a \(\.\.\., L, L\) tensor .*\(2, 3\)"):
+        sliding_window_mask(torch.ones(2, 3, dtype=torch.bool), 2)
 
 
 def test_block_mask_names_the_torch_it_needs(monkeypatch):

@@ -627,9 +627,8 @@ def test_under_deepspeed_or_fsdp_the_packing_probe_runs(tmp_path):
     """s32: the probe was skipped under DeepSpeed and FSDP (a RoBERTa packed from 2 with the
     default attention, or a model trained with a cache, mixed documents there, silently). The
     model is not wrapped yet when the trainer is built, so it runs there as anywhere (NOTE
-    [ The probe on every rank ]); only parameters no rank holds whole (ZeRO-3's partitions, the
-    meta device) skip it, and the position start, read from the model's table, is still
-    refused there (s31-tidyB)."""
+    [ The probe on every rank ]); parameters no rank holds whole (ZeRO-3's partitions) are probed
+    through a small copy of the architecture (s33-zero3: they skipped it)."""
 
     class Sharded(hf.BucketTrainer):  # (Trainer's own __init__ sets the flag: on after it)
         is_deepspeed_enabled = property(
@@ -652,14 +651,167 @@ def test_under_deepspeed_or_fsdp_the_packing_probe_runs(tmp_path):
     partitioned = _model("sdpa")
     for i, p in enumerate(partitioned.parameters()):  # (as deepspeed.zero.Init leaves them)
         p.ds_id = i
-    Sharded(model=partitioned, args=args, bucketing=packed)  # (no pass: no rank has it whole)
+    # (s33-zero3: no rank holds it whole, so a small copy of its architecture is probed: it was
+    # taken here, and trained across documents)
+    with pytest.raises(ValueError, match=r"and a cache: .* \(measured on a small copy of its "
+                       r"architecture with random weights: its parameters are partitioned "
+                       r"across the ranks \(DeepSpeed ZeRO-3\)\)"):  # fmt: skip
+        Sharded(model=partitioned, args=args, bucketing=packed)
     roberta = _roberta(causal=True, positions=40)
     for p in roberta.parameters():
         p.ds_id = 0
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(ValueError, match="does not keep the packed documents") as err:
         Sharded(model=roberta, args=args, bucketing=start)
-    assert "does not keep" not in str(err.value)
-    assert str(err.value).endswith("; pack with hf.for_packing(..., position_ids_start=2)")
+    assert "(measured on a small copy" in str(err.value)
+    assert "position_ids_start=2, attention='mask'), which RobertaForCausalLM" in str(err.value)
+
+
+def _meta(make):
+    with torch.device("meta"):
+        return make()
+
+
+class _InPlace(transformers.TrainingArguments):
+    """Arguments under which Trainer leaves the model where it is (as under DeepSpeed or FSDP):
+    a meta model is not moved (which fails) when the trainer is built."""
+
+    @property
+    def place_model_on_device(self):
+        return False
+
+
+def _in_place_args(tmp_path, **kw):
+    return _InPlace(output_dir=str(tmp_path), report_to=[], use_cpu=True, save_strategy="no", **kw)
+
+
+def test_a_model_no_rank_can_read_is_probed_through_a_small_copy(tmp_path):
+    """s33-zero3: parameters on the meta device (and DeepSpeed ZeRO-3's partitions) skipped the
+    packing probe, so a Llama trained with a cache, or BERT with attention="positions", trained
+    across documents there, silently. A small copy of the architecture (same class and config,
+    two heads, random weights: NOTE [ The probe of a model no rank can read ]) is probed
+    instead: the same refusals, saying where the number comes from; models that keep the
+    documents apart are taken; a model no copy can be made of is taken with a warning that the
+    packing was not checked."""
+    ds = _short_dataset()
+    args = _in_place_args(tmp_path, max_steps=1, use_cache=True)
+    packed = hf.for_packing(ds, pad_token_id=0, row_length=32, batch_size=2)
+    llama = _meta(lambda: _model("sdpa"))
+    assert all(p.device.type == "meta" for p in llama.parameters())
+    with pytest.raises(ValueError, match=r"and a cache: a document's logits changed by [\d.e-]+ "
+                       r"\(measured on a small copy of its architecture with random weights: "
+                       r"its parameters are on the meta device\) when"):  # fmt: skip
+        hf.BucketTrainer(model=llama, args=args, bucketing=packed)
+    bert = _meta(
+        lambda: transformers.BertLMHeadModel(
+            transformers.BertConfig(
+                vocab_size=64,
+                hidden_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                intermediate_size=64,
+                max_position_embeddings=64,
+                is_decoder=True,
+            ),
+        )
+    )
+    with pytest.raises(ValueError, match=r"BertLMHeadModel does not keep .* attention='mask'\)"):
+        hf.BucketTrainer(model=bert, args=_in_place_args(tmp_path), bucketing=packed)
+    with warnings.catch_warnings():  # (kept apart: taken, with no warning)
+        warnings.simplefilter("error")
+        hf.BucketTrainer(model=llama, args=_in_place_args(tmp_path), bucketing=packed)
+        masked = hf.for_packing(ds, pad_token_id=0, row_length=32, batch_size=2, attention="mask")
+        hf.BucketTrainer(model=bert, args=_in_place_args(tmp_path), bucketing=masked)
+
+    class Mine(torch.nn.Module):  # (no config to copy: not checked, and said)
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(64, 8)
+
+        def forward(self, input_ids, **kwargs):
+            return self.embed(input_ids)
+
+    with pytest.warns(UserWarning, match=r"BucketTrainer: Mine: whether it keeps the packed "
+                      r"documents of bucketing apart was not checked \(no forward pass could"
+                      r" be made: its parameters are on the meta device and no small copy of it "
+                      r"was made: Mine is not a transformers model"):  # fmt: skip
+        hf.BucketTrainer(model=_meta(Mine), args=_in_place_args(tmp_path), bucketing=packed)
+
+
+_GQA = dict(
+    vocab_size=1000, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+    intermediate_size=128, max_position_embeddings=128, pad_token_id=0,
+)  # fmt: skip
+_MHA = {k: v for k, v in _GQA.items() if k != "num_key_value_heads"}
+_SLIDE = dict(sliding_window=2, layer_types=["sliding_attention", "full_attention"])
+_ROBERTA = dict(_MHA, pad_token_id=1)
+#: name: (model class, config class, config, the rows' options: masked-LM, window, start)
+_ARCHITECTURES = {
+    "llama": ("LlamaForCausalLM", "LlamaConfig", dict(_GQA), {}),
+    "mistral": ("MistralForCausalLM", "MistralConfig", dict(_GQA, sliding_window=2), {}),
+    "gemma2": ("Gemma2ForCausalLM", "Gemma2Config", dict(_GQA, head_dim=16, **_SLIDE),
+               {"window": 2}),
+    "gemma3": ("Gemma3ForCausalLM", "Gemma3TextConfig", dict(_GQA, head_dim=16, **_SLIDE),
+               {"window": 2}),
+    "qwen2": ("Qwen2ForCausalLM", "Qwen2Config", dict(_GQA, use_sliding_window=True,
+              sliding_window=2, max_window_layers=1), {"window": 2}),
+    "gpt2": ("GPT2LMHeadModel", "GPT2Config", dict(vocab_size=1000, n_embd=64, n_head=4,
+             n_positions=128), {}),
+    "opt": ("OPTForCausalLM", "OPTConfig", dict(_MHA, ffn_dim=128), {}),
+    "bert": ("BertLMHeadModel", "BertConfig", dict(_MHA, is_decoder=True), {}),
+    "roberta": ("RobertaForCausalLM", "RobertaConfig", dict(_ROBERTA, is_decoder=True),
+                {"start": 2}),
+    "bert-mlm": ("BertForMaskedLM", "BertConfig", dict(_MHA), {"mlm": True}),
+    "modernbert-mlm": ("ModernBertForMaskedLM", "ModernBertConfig", dict(_MHA,
+                       num_hidden_layers=3, local_attention=4, global_attn_every_n_layers=3),
+                       {"mlm": True, "window": 2}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("arch", sorted(_ARCHITECTURES))
+def test_the_small_copy_gives_the_full_models_verdict(arch):
+    """s33-zero3: the stand-in a model no rank can read is probed through (NOTE [ The probe of
+    a model no rank can read ]) must find what the probe of the model itself finds: mixing or
+    not, for every packing (positions, bool and additive masks, a mask per layer kind) and
+    cache setting the trainer probes, on each architecture the tests probe (full models of 4
+    heads, GQA or not, sliding-window layers or not)."""
+    from bucketloader.hf.packing import PackedInputs
+    from bucketloader.hf.trainer import _packing_leak, _stand_in
+    from bucketloader.pack import MLMMasking, PackSampler
+
+    model_class, config_class, config, rows = _ARCHITECTURES[arch]
+    config = getattr(transformers, config_class)(
+        **{"num_hidden_layers": 2, **config}, attn_implementation="eager"
+    )  # (sdpa and 11 more architectures were compared by hand: s33-zero3)
+    torch.manual_seed(0)
+    model = getattr(transformers, model_class)(config).eval()
+    stand, why = _stand_in(model)
+    assert stand is not None, why
+    assert type(stand) is type(model)
+    assert stand.config.num_attention_heads == 2 < model.config.num_attention_heads
+    sampler = PackSampler([3, 3, 3, 3], row_length=6, batch_size=2)
+    masking = MLMMasking(mask_token_id=4, vocab_size=100, special_ids=(0, 1, 2, 3, 4))
+    mlm = masking if rows.get("mlm") else None
+    variants = [dict(attention="mask"), dict(attention="mask", mask_dtype=torch.float32)]
+    if mlm is None:
+        variants.append(dict(attention="positions"))
+    if rows.get("window"):
+        variants += [dict(v, sliding_window=rows["window"]) for v in variants[:2]]
+    verdicts = {}
+    for options in variants:
+        collate = PackedInputs(sampler.collator(pad_token_id=0, mlm=mlm), **options)
+        # (a cache mixes only where documents are found in position_ids)
+        for cache in [None, True, False] if options["attention"] == "positions" else [None]:
+            full, small = (
+                _packing_leak(m, collate.attention, collate, rows.get("start", 0), use_cache=cache)
+                for m in (model, stand)
+            )
+            verdicts[repr(options), cache] = (full and full > 0, small and small > 0)
+            assert full is not None and small is not None
+    disagree = {k: v for k, v in verdicts.items() if v[0] != v[1]}
+    assert not disagree, disagree
+    # (eager attention adds a bool mask to its scores, so its True hides nothing: each case
+    # has a packing that mixes and one that does not)
+    assert any(v[0] for v in verdicts.values()) and not all(v[0] for v in verdicts.values())
 
 
 def test_sliding_window_layers_take_a_mask_per_layer_kind(tmp_path):
@@ -702,6 +854,43 @@ def test_sliding_window_layers_take_a_mask_per_layer_kind(tmp_path):
                         alone = model(input_ids=batch["input_ids"][r, cols][None]).logits[0]
                     worst[name] = max(worst[name], float((logits[r, cols] - alone).abs().max()))
     assert worst["per kind"] < 1e-6 and worst["plain"] > 1e-2, worst
+
+
+def test_the_masks_per_layer_kind_build_the_document_mask_once(monkeypatch):
+    """s33-zero3: PackedInputs(sliding_window=).document_masks built the document mask twice
+    (once per layer kind, ~40 ms of a 8 x 2048 batch: benchmarks/mlm_masking.py); it builds it
+    once and derives the sliding layers' mask, the same masks as two document_mask calls on
+    random rows, causal or masked-LM, bool or additive."""
+    from bucketloader.hf import packing
+    from bucketloader.pack import document_mask
+
+    rng = np.random.default_rng(1)
+    ds = datasets.Dataset.from_dict({"input_ids": [[5, 6, 7]] * 4})
+    built = []
+
+    def counted(*args, **kwargs):
+        built.append(kwargs.get("window"))
+        return document_mask(*args, **kwargs)
+
+    monkeypatch.setattr(packing, "document_mask", counted)
+    for dtype in (torch.bool, torch.float32):
+        packed = hf.for_packing(
+            ds, pad_token_id=0, row_length=8, batch_size=2, attention="mask",
+            sliding_window=3, mask_dtype=dtype,
+        )  # fmt: skip
+        collate = packed.collator
+        for causal in (True, False):
+            collate.collator.mlm = None if causal else object()  # (causal reads it)
+            assert collate.causal is causal
+            for _ in range(10):
+                ids = torch.as_tensor(np.sort(rng.integers(-1, 4, (2, int(rng.integers(2, 30))))))
+                built.clear()
+                masks = collate.document_masks(ids)
+                assert built == [None]  # (one document mask, no windowed rebuild)
+                want = document_mask(ids, causal=causal, dtype=dtype)
+                local = document_mask(ids, causal=causal, dtype=dtype, window=3)
+                assert torch.equal(masks["full_attention"], want)
+                assert torch.equal(masks["sliding_attention"], local)
 
 
 def test_a_model_whose_every_layer_slides_is_refused_a_plain_document_mask(tmp_path):

@@ -57,7 +57,7 @@ sliding layers would see whole documents in a packed row, where a document run a
 ``config.sliding_window`` tokens (a tiny ModernBERT with ``local_attention=8``: logits 3.9e-4
 off its documents alone). They take a dict of masks, one per layer kind, as given:
 ``sliding_window=config.sliding_window`` ships ``{"full_attention": document mask,
-"sliding_attention": document mask within the window}`` (``document_mask(..., window=)``), and
+"sliding_attention": document mask within the window}`` (``sliding_window_mask``), and
 each document's logits equal it run alone again (3e-8). ``BucketTrainer`` refuses such a model
 with a plain 4-D mask where a row is longer than the window reaches, naming the value. A model
 all of whose layers slide (Mistral: an int ``sliding_window``, no ``layer_types``) takes no
@@ -88,7 +88,13 @@ from bucketloader.hf.bucketing import (
     pad_token_id_of,
 )
 from bucketloader.hf.lengths import lengths, table_and_indices
-from bucketloader.pack import MLMMasking, PackSampler, PackSpec, document_mask
+from bucketloader.pack import (
+    MLMMasking,
+    PackSampler,
+    PackSpec,
+    document_mask,
+    sliding_window_mask,
+)
 
 __all__ = ["ATTENTION", "PackedInputs", "for_packing"]
 
@@ -133,7 +139,7 @@ class PackedInputs:
         self.mask_dtype = mask_dtype
         self.return_seq_idx = _check_seq_idx(return_seq_idx, attention)
         _check_mlm_attention(getattr(collator, "mlm", None), attention)
-        self.sliding_window = _check_sliding_window(sliding_window, attention)
+        self.sliding_window = _check_sliding_window_option(sliding_window, attention)
         if self.return_seq_idx and not getattr(collator, "seq_idx", False):
             raise ValueError(
                 "return_seq_idx=True needs a collator built with seq_idx=True "
@@ -167,12 +173,11 @@ class PackedInputs:
         """The ``attention_mask`` of ``attention="mask"`` rows: the 4-D document mask (causal or
         not, as the rows are), or with ``sliding_window`` one per layer kind (NOTE [ Sliding-
         window layers in packed rows ]). ``BucketTrainer``'s packing probe uses it too."""
-        causal, dtype = self.causal, self.mask_dtype
-        mask = document_mask(document_ids, causal=causal, dtype=dtype)
+        mask = document_mask(document_ids, causal=self.causal, dtype=self.mask_dtype)
         if self.sliding_window is None:
             return mask
-        window = self.sliding_window
-        local = document_mask(document_ids, causal=causal, dtype=dtype, window=window)
+        # (the sliding layers' mask derived from the full one: built once, s33-zero3)
+        local = sliding_window_mask(mask, self.sliding_window, causal=self.causal)
         return {"full_attention": mask, "sliding_attention": local}
 
     def __call__(self, samples: list[Any]) -> dict[str, Any]:
@@ -211,7 +216,9 @@ def _check_mlm_attention(mlm: Any, attention: str) -> None:
         )
 
 
-def _check_sliding_window(sliding_window: Any, attention: str) -> int | None:
+def _check_sliding_window_option(sliding_window: Any, attention: str) -> int | None:
+    """The ``sliding_window=`` option itself: ``None``, or an int >= 1 with ``attention="mask"``
+    (whether it is the model's window is ``BucketTrainer``'s check, which sees the model)."""
     if sliding_window is None:
         return None
     window = check_int("sliding_window", sliding_window, minimum=1)
@@ -332,7 +339,7 @@ def for_packing(
     check_choice("attention", attention, ATTENTION)  # before the lengths are read
     _check_seq_idx(return_seq_idx, attention)
     _check_mlm_attention(mlm, attention)
-    _check_sliding_window(sliding_window, attention)
+    _check_sliding_window_option(sliding_window, attention)
     check_int("position_ids_start", position_ids_start, minimum=0)
     dataset_list(dataset, "for_packing")  # (a pyarrow.Table has no rows by index)
     check_token_columns([dataset], [column], "for_packing")

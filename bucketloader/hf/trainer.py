@@ -83,7 +83,7 @@ import logging
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 import datasets
 import numpy as np
@@ -559,7 +559,7 @@ class _BucketMixin:
                 "bidirectional mask that shows each token its whole document; pack causal-LM "
                 "rows: hf.for_packing(...) without mlm_probability"
             )
-        _check_sliding_window(core, collate, f"{owner}: {name}", argument)
+        _check_sliding_layers_take_mask(core, collate, f"{owner}: {name}", argument)
         start, table = _position_start(self.model)
         given = collate.position_ids_start
         moved = start is not None and given != start
@@ -576,15 +576,20 @@ class _BucketMixin:
         # where gradient checkpointing turns it off in training (NOTE [ Models that mix packed
         # documents ])
         trained = False if self._checkpointing() else None
+        # (a small copy of its architecture where no rank can read its weights: NOTE [ The
+        # probe of a model no rank can read ])
+        probed, on_copy = _probed_model(self.model, f"{owner}: {name}", argument)
 
         def leaks(attention: str, use_cache: bool | None = trained) -> float | None:
             # every rank probes, and all take the largest leak (NOTE [ The probe on every rank ])
             return _agreed_leak(
-                lambda: _packing_leak(self.model, attention, collate, at, use_cache=use_cache),
+                lambda: _packing_leak(probed, attention, collate, at, use_cache=use_cache),
                 owner,
             )
 
         leak = leaks(collate.attention)
+        if leak is None and on_copy:  # (the copy's own pass failed: not checked, said)
+            _warn_unchecked(f"{owner}: {name}", argument, f"{on_copy}, whose pass failed")
         if not leak:  # (kept apart, or no pass could be made on any rank)
             if moved:
                 raise ValueError(
@@ -600,12 +605,13 @@ class _BucketMixin:
         keeps = [a for a in others if leaks(a) == 0.0]
         # (a bool mask where the model adds a float one to its scores, eager attention: True
         # adds 1, so every token sees every other; an additive mask of its dtype keeps them apart)
-        additive = _float_mask_keeps_apart(self.model, collate, at, trained)
+        additive = _float_mask_keeps_apart(self.model, probed, collate, at, trained)
         cached = trained is None and leaks(collate.attention, False) == 0.0  # (the cache mixes)
         mixes = (
             f"{name} does not keep the packed documents of {argument} apart with attention="
             f"{collate.attention!r}{' and a cache' if cached else ''}: a document's logits "
-            f"changed by {leak:.3g} when only the document before it in the row changed, so "
+            f"changed by {leak:.3g}{f' ({on_copy})' if on_copy else ''} when only the "
+            "document before it in the row changed, so "
             "each document would attend to the ones before it"
             + ("" if collate.causal else " and after it (the rows are masked-LM rows)")
             + ("; with a cache, transformers finds no documents in position_ids" if cached else "")
@@ -2149,14 +2155,14 @@ def _position_start(model: Any) -> tuple[int | None, str]:
 # take the same kernels), where they are not they differ. A few tokens in eval mode without
 # gradients: milliseconds (forward hooks the user put on the model see that pass too). Every rank
 # of a distributed run probes, and all take the same decision (NOTE [ The probe on every rank ]).
-# It is skipped where no forward pass can be made outside training (parameters on the meta device,
-# DeepSpeed ZeRO-3's partitioned ones) and where the pass fails (a flash-attention batch on a CPU:
-# training says why). A compiled model runs it uncompiled
-# (torch.compiler.set_stance("force_eager"), torch >= 2.6; skipped on older torch), so the plan's
-# graphs stay the only ones (not on a lazy-tensor device, XLA or HPU, where the stance does not
-# apply: there the pass is traced and compiled as a small graph of its own, once per variant
-# probed, when the trainer is built; read from the code, not run); its rows number positions from
-# the collator's position_ids_start, as the packed rows do. The logits read are the row's last
+# Where no rank can read the parameters (the meta device, DeepSpeed ZeRO-3's partitions) it runs on
+# a small copy of the architecture (NOTE [ The probe of a model no rank can read ]); it is skipped
+# where the pass fails (a flash-attention batch on a CPU: training says why). A compiled model runs
+# it uncompiled (torch.compiler.set_stance("force_eager"), torch >= 2.6; skipped on older torch), so
+# the plan's graphs stay the only ones (not on a lazy-tensor device, XLA or HPU, where the stance
+# does not apply: there the pass is traced and compiled as a small graph of its own, once per
+# variant probed, when the trainer is built; read from the code, not run); its rows number positions
+# from the collator's position_ids_start, as the packed rows do. The logits read are the row's last
 # three: a model that puts tokens of its own first (PEFT's prompt tuning and p-tuning, which also
 # ignore position_ids, and mix) returns more rows than the row's tokens. The model is called as
 # training calls it, without use_cache (each config says; none under gradient checkpointing of the
@@ -2204,7 +2210,7 @@ def _sliding_window_of(model: Any) -> tuple[int | None, bool]:
     return None, False
 
 
-def _check_sliding_window(model: Any, collate: Any, who: str, argument: str) -> None:
+def _check_sliding_layers_take_mask(model: Any, collate: Any, who: str, argument: str) -> None:
     """A model with sliding-window layers takes packed rows with ``attention="mask"`` only with
     one mask per layer kind (NOTE [ Sliding-window layers in packed rows ] in
     :mod:`bucketloader.hf.packing`), where its window is shorter than a row's documents; a
@@ -2215,6 +2221,9 @@ def _check_sliding_window(model: Any, collate: Any, who: str, argument: str) -> 
     window, every = _sliding_window_of(model)
     given = getattr(collate, "sliding_window", None)
     width = max(shape[-1] for shape in collate.shapes)
+    # (whether a row holds two tokens further apart than the window reaches: i - j < window
+    # back for causal rows, |i - j| <= window either way for masked-LM ones)
+    beyond = window is not None and (width > window if collate.causal else width - 1 > window)
     if every:
         fix = (
             "pack with hf.for_packing(..., attention='positions') (transformers then finds the "
@@ -2227,7 +2236,7 @@ def _check_sliding_window(model: Any, collate: Any, who: str, argument: str) -> 
                 f" and takes no dict of masks, but the packed rows of {argument} are masked per "
                 f"layer kind (sliding_window={given}); drop sliding_window and {fix}"
             )
-        if (width > window) if collate.causal else (width - 1 > window):
+        if beyond:
             raise ValueError(
                 f"{who} has config.sliding_window={window} on every layer (no config.layer_types),"
                 f" but attention='mask' gives its layers the 4-D document mask of the packed rows"
@@ -2246,9 +2255,7 @@ def _check_sliding_window(model: Any, collate: Any, who: str, argument: str) -> 
             f"{who} has {has}, but the packed rows of {argument} are masked for sliding_window="
             f"{given}; pack with hf.for_packing(..., {fix})"
         )
-    if window is None or given is not None:
-        return
-    if (width > window) if collate.causal else (width - 1 > window):
+    if beyond and given is None:
         reach = "back" if collate.causal else "either way"
         raise ValueError(
             f"{who} has sliding-window layers (config.layer_types) that attend {window} tokens "
@@ -2259,10 +2266,12 @@ def _check_sliding_window(model: Any, collate: Any, who: str, argument: str) -> 
         )
 
 
-def _float_mask_keeps_apart(model: Any, collate: Any, start: int, use_cache: Any) -> Any:
+def _float_mask_keeps_apart(
+    model: Any, probed: Any, collate: Any, start: int, use_cache: Any
+) -> Any:
     """The model's float dtype where ``collate`` ships a bool ``attention="mask"`` mask that
     mixes the documents and the same mask in that dtype (additive) keeps them apart (eager
-    attention), else ``None``."""
+    attention) on ``probed`` (the model, or its stand-in), else ``None``."""
     import copy
 
     if collate.attention != "mask" or collate.mask_dtype != torch.bool:
@@ -2272,7 +2281,7 @@ def _float_mask_keeps_apart(model: Any, collate: Any, start: int, use_cache: Any
         return None
     additive = copy.copy(collate)
     additive.mask_dtype = dtypes[0]
-    leak = _packing_leak(model, "mask", additive, start, use_cache=use_cache)
+    leak = _packing_leak(probed, "mask", additive, start, use_cache=use_cache)
     return dtypes[0] if leak == 0.0 else None
 
 
@@ -2298,9 +2307,44 @@ _CAUSAL_HEADS = ("ForCausalLM", "LMHeadModel")
 # naming it, rather than waiting for it.
 # DeepSpeed ZeRO-3 partitions parameters as the model is built (from_pretrained or from_config
 # under zero.Init: each rank holds a slice, the module an empty tensor with a ds_id): no rank can
-# make the pass there; ZeRO-1 and -2 leave the model whole, and it runs (both checked with
-# DeepSpeed 0.19.8 on 2 CPU processes, s32-fsdp). The reduction is the default group's, on
-# bucketloader._dist's device (the current CUDA device under NCCL, else the CPU).
+# make the pass with them, and every rank probes the same small copy instead (NOTE [ The probe of
+# a model no rank can read ]); ZeRO-1 and -2 leave the model whole, and it runs (both checked with
+# DeepSpeed 0.19.8 on 2 CPU processes, s32-fsdp and s33-zero3). The reduction is the default
+# group's, on bucketloader._dist's device (the current CUDA device under NCCL, else the CPU).
+
+
+def _probed_model(model: Any, who: str, argument: str) -> tuple[Any, str]:
+    """The model the packing probe runs on, and "" where it is ``model``: a stand-in of its
+    architecture, and a note saying so, where no rank can read its parameters (NOTE [ The probe
+    of a model no rank can read ]); ``model`` with a warning where no stand-in is made (its
+    probes then make no pass)."""
+    from bucketloader._dist import all_reduce_max, default_ranks
+
+    why = _unreadable(model)
+    if default_ranks()[0] > 1:  # (every rank the same: a stand-in only where none can read it)
+        (read,) = all_reduce_max([0.0 if why else 1.0])
+        if read:
+            return model, ""
+    if not why:
+        return model, ""
+    stand, failed = _stand_in(model)
+    if stand is None:
+        _warn_unchecked(who, argument, f"{why} and no small copy of it was made: {failed}")
+        return model, ""
+    return stand, f"measured on a small copy of its architecture with random weights: {why}"
+
+
+def _warn_unchecked(who: str, argument: str, why: str) -> None:
+    """The warning of a packing the probe could not check (NOTE [ The probe of a model no rank
+    can read ])."""
+    warnings.warn(
+        f"{who}: whether it keeps the packed documents of {argument} apart was not checked "
+        f"(no forward pass could be made: {why}), so a model that attends across documents "
+        "would train on them silently; check it once where its weights can be read (the same "
+        "model and packing on one process, without DeepSpeed ZeRO-3), or bucket it instead "
+        "(bucketing=hf.for_text(...))",
+        stacklevel=4,
+    )
 
 
 def _agreed_leak(probe: Callable[[], float | None], owner: str) -> float | None:
@@ -2330,6 +2374,146 @@ def _agreed_leak(probe: Callable[[], float | None], owner: str) -> float | None:
     return None if largest < 0 else largest
 
 
+def _unreadable(model: Any) -> str:
+    """Why no forward pass can be made with ``model``'s own parameters ("" where one can):
+    DeepSpeed ZeRO-3's partitions (each rank holds a slice, the module an empty tensor with a
+    ``ds_id``), the meta device, or no parameters at all."""
+    params = list(model.parameters())
+    if not params:
+        return "it has no parameters"
+    if any(hasattr(p, "ds_id") for p in params):
+        return "its parameters are partitioned across the ranks (DeepSpeed ZeRO-3)"
+    if any(p.device.type == "meta" for p in params):
+        return "its parameters are on the meta device"
+    return ""
+
+
+# NOTE [ The probe of a model no rank can read ]
+# Under DeepSpeed ZeRO-3 (from_pretrained or from_config under zero.Init) no rank holds the weights
+# whole when the trainer is built, and a model built on the meta device has none: no pass can be
+# made with them. Whether packed documents mix is a property of the architecture and the attention
+# path (the attention implementation, the cache, the mask code transformers runs for each layer
+# kind), not of the weights: the probe compares the same model's logits on two rows, so any weights
+# show a leak (s32's tests found each mixing model with random weights). There the probe runs on a
+# stand-in: the same class built from a copy of the config on the CPU, in float32, from seed 0 (the
+# user's RNG untouched), with every layer kept (so each layer kind, sliding window, no-rope layer,
+# MoE or Mamba block stays where the config puts it) and each head's width kept (rotary sections,
+# partial rotary, query scaling read it), but two attention heads (one key/value head where the
+# config shares them, two where it does not), a hidden size of two heads and a feed-forward of twice
+# that, and a small vocabulary above every id the forward pass reads (the padding row, an image
+# token; generation's ids dropped): a TinyLlama-1.1B-shaped config builds and probes in 0.2 s, an
+# 8B-shaped one in 0.7 s, a 72B-shaped one in 2 s, where the 1.1B model's own pass takes 2.6 s (one
+# core, float32) (benchmarks/probe_stand_in.py). Its verdict equals the full model's on each
+# architecture the tests probe, mixing or not (tests/test_pack_hf.py). Its leak's size is the
+# stand-in's, and the refusal says so. Where no stand-in is made (a wrapper such as PEFT's, code of
+# the model's own through trust_remote_code, a config the copy cannot be built from) or its pass
+# fails, the trainer warns that the packing was not checked, naming why; it trains. In a distributed
+# run the ranks agree first (all_reduce MAX): a stand-in only where no rank can read the model
+# (FSDP's ranks > 0 on meta beside rank 0's weights keep rank 0's probe).
+
+
+#: Config fields sized by the hidden width (a feed-forward's), set to twice the stand-in's.
+_FEED_FORWARD = (
+    "intermediate_size",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+    "ffn_dim",
+    "encoder_ffn_dim",
+    "decoder_ffn_dim",
+    "n_inner",
+)
+
+
+#: Token ids only generation reads (a probe's forward pass without labels reads none).
+_GENERATION_IDS = (
+    "bos_token_id",
+    "eos_token_id",
+    "sep_token_id",
+    "cls_token_id",
+    "unk_token_id",
+    "mask_token_id",
+    "decoder_start_token_id",
+)
+
+
+def _shrink(config: Any) -> None:
+    """Narrow ``config`` (a copy) in place for a probe stand-in (NOTE [ The probe of a model no
+    rank can read ]): two heads of the same width, fewer feed-forward units and vocabulary
+    entries; its sub-configs (``text_config``, ``vision_config`` ...) alike."""
+    from transformers import PretrainedConfig
+
+    for name in list(vars(config)):
+        sub = getattr(config, name, None)
+        if name.endswith("_config") and isinstance(sub, PretrainedConfig):
+            _shrink(sub)
+    heads = getattr(config, "num_attention_heads", None)  # (attribute_map: GPT-2's n_head)
+    hidden = getattr(config, "hidden_size", None)
+    if _is_int(heads) and _is_int(hidden) and heads > 2:
+        width = getattr(config, "head_dim", None)
+        width = width if _is_int(width) and width > 0 else hidden // heads
+        kv = getattr(config, "num_key_value_heads", None)
+        config.num_attention_heads = 2
+        if _is_int(kv):
+            config.num_key_value_heads = 1 if kv < heads else 2
+        if getattr(config, "word_embed_proj_dim", None) == hidden:  # (OPT)
+            config.word_embed_proj_dim = 2 * width
+        hidden = config.hidden_size = 2 * width
+    if _is_int(hidden):
+        for name in _FEED_FORWARD:
+            if _is_int(getattr(config, name, None)):
+                setattr(config, name, 2 * hidden)
+    vocab = getattr(config, "vocab_size", None)
+    if _is_int(vocab) and vocab > 512:
+        # (ids a forward pass reads, the padding row and a multimodal model's image or audio
+        # token, stay in the vocabulary; generation's, often its last entries, are dropped)
+        kept = [
+            v
+            for k, v in vars(config).items()
+            if k.endswith(("_id", "_index")) and k not in _GENERATION_IDS and _is_int(v)
+        ]
+        config.vocab_size = small = max([512, *(i + 1 for i in kept if i < vocab)])
+        for name in _GENERATION_IDS:
+            value = getattr(config, name, None)
+            values = value if isinstance(value, (list, tuple)) else [value]
+            if any(_is_int(v) and v >= small for v in values):
+                setattr(config, name, None)
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _stand_in(model: Any) -> tuple[Any, str]:
+    """A small copy of ``model``'s architecture with random weights to probe where its own
+    parameters cannot be read (NOTE [ The probe of a model no rank can read ]), and ""; or
+    ``None`` and why none is made."""
+    import copy
+
+    from transformers import PretrainedConfig, PreTrainedModel
+
+    kind = type(model)
+    config = getattr(model, "config", None)
+    if not isinstance(model, PreTrainedModel) or not isinstance(config, PretrainedConfig):
+        return None, f"{kind.__name__} is not a transformers model built from its config"
+    if not kind.__module__.startswith("transformers."):
+        return None, (
+            f"{kind.__name__} is code of its own ({kind.__module__}), whose config no copy "
+            "is known to keep the attention of"
+        )
+    try:
+        small = copy.deepcopy(config)
+        _shrink(small)
+        with torch.random.fork_rng(devices=[]), torch.device("cpu"):
+            torch.manual_seed(0)
+            stand = kind(small)
+        stand.float()
+    except Exception as exc:  # (a config whose sizes the copy does not keep consistent)
+        return None, f"a small copy of its config did not build ({type(exc).__name__}: {exc})"
+    if _unreadable(stand):  # (built under a context that still partitions or defers weights)
+        return None, f"a small copy of it could not be made on the CPU ({_unreadable(stand)})"
+    return stand, ""
+
+
 def _packing_leak(
     model: Any, attention: str, collate: Any, start: int, *, use_cache: bool | None = False
 ) -> float | None:
@@ -2338,11 +2522,9 @@ def _packing_leak(
     (``None``: not passed, as training calls it): ``0.0`` where the model keeps the documents
     apart, ``None`` where the probe cannot run (NOTE [ Models that mix packed documents ])."""
 
+    if _unreadable(model):
+        return None
     params = list(model.parameters())
-    if not params or any(p.device.type == "meta" for p in params):
-        return None
-    if any(hasattr(p, "ds_id") for p in params):  # (DeepSpeed ZeRO-3: each rank holds a slice)
-        return None
     stance = getattr(torch.compiler, "set_stance", None)  # (torch >= 2.6)
     if stance is None and _is_compiled(model):
         return None  # (the probe's shape would compile a graph the plan does not have)

@@ -14,7 +14,12 @@ document, ``document_ids`` and fixed-size ``cu_seqlens`` (or, with :class:`MLMMa
 
 from bucketloader.pack.collator import IGNORE_INDEX, PackCollator
 from bucketloader.pack.epoch import PackPlan, plan_pack_epoch
-from bucketloader.pack.masks import document_block_mask, document_mask, document_mask_mod
+from bucketloader.pack.masks import (
+    document_block_mask,
+    document_mask,
+    document_mask_mod,
+    sliding_window_mask,
+)
 from bucketloader.pack.mlm import MLMMasking
 from bucketloader.pack.sampler import PackSampler
 from bucketloader.pack.spec import PackSpec, PackTable
@@ -33,6 +38,7 @@ __all__ = [
     "document_mask",
     "document_mask_mod",
     "plan_pack_epoch",
+    "sliding_window_mask",
 ]
 
 

@@ -8,6 +8,7 @@ model, so the collator never ships an ``L x L`` mask:
 * :func:`document_mask`: a dense ``(B, 1, L, L)`` mask for ``scaled_dot_product_attention``
   (boolean, True = attend) or, with a float ``dtype``, the additive 0 / min mask of eager
   attention (what Hugging Face ``attn_implementation="eager"`` expects as a 4-D mask).
+* :func:`sliding_window_mask`: a sliding-window layer's mask, derived from the document mask.
 * :func:`document_mask_mod` / :func:`document_block_mask`: the same rule as a
   ``flex_attention`` ``mask_mod`` and its ``BlockMask``, which skips the blocks no document spans.
 * Varlen flash-attention kernels take the collator's ``cu_seqlens`` instead.
@@ -25,7 +26,7 @@ import torch
 
 from bucketloader._validation import check_int
 
-__all__ = ["document_block_mask", "document_mask", "document_mask_mod"]
+__all__ = ["document_block_mask", "document_mask", "document_mask_mod", "sliding_window_mask"]
 
 
 def _check(document_ids: Any) -> torch.Tensor:
@@ -76,24 +77,55 @@ def document_mask(
     ids = _check(document_ids)
     if window is not None:
         window = check_int("window", window, minimum=1)
+    if dtype != torch.bool and not dtype.is_floating_point:
+        raise TypeError(f"dtype must be torch.bool or a float dtype, got dtype={dtype}")
     mask = ids[:, :, None] == ids[:, None, :]
-    if causal or window is not None:
-        # (the band as diagonals of a bool (n, n): no int64 (n, n) of distances)
-        seen = torch.ones(ids.shape[1], ids.shape[1], dtype=torch.bool, device=ids.device)
-        if window is None:  # (causal) 0 <= i - j
-            seen = seen.tril()
-        elif causal:  # 0 <= i - j < window
-            seen = seen.tril().triu(1 - window)
-        else:  # |i - j| <= window
-            seen = seen.triu(-window).tril(window)
-        mask &= seen
+    if window is not None:
+        mask &= _band(ids.shape[1], window, causal=causal, device=ids.device)
+    elif causal:  # 0 <= i - j (the band as a diagonal of a bool (n, n): no int64 distances)
+        mask &= torch.ones(ids.shape[1], ids.shape[1], dtype=torch.bool, device=ids.device).tril()
     mask = mask[:, None]
     if dtype == torch.bool:
         return mask
-    if not dtype.is_floating_point:
-        raise TypeError(f"dtype must be torch.bool or a float dtype, got dtype={dtype}")
     zero = torch.zeros((), dtype=dtype, device=ids.device)
     return torch.where(mask, zero, torch.finfo(dtype).min)
+
+
+def sliding_window_mask(mask: torch.Tensor, window: int, *, causal: bool = True) -> torch.Tensor:
+    """A sliding-window layer's mask derived from the :func:`document_mask` of the same rows
+    (without ``window``; boolean or additive): equal to ``document_mask(..., window=window)``,
+    with one pass over ``mask`` instead of rebuilding it from the document ids (a model with
+    both layer kinds takes both masks each batch: NOTE [ Sliding-window layers in packed
+    rows ] in :mod:`bucketloader.hf.packing`).
+
+    Args:
+        mask: ``(..., L, L)`` from :func:`document_mask`, ``causal`` as given here.
+        window: ``config.sliding_window``: key ``j`` within ``0 <= i - j < window`` of query
+            ``i`` (causal), or ``|i - j| <= window`` (``causal=False``).
+        causal: as the mask was built.
+
+    Example:
+        >>> full = document_mask(torch.tensor([[0, 0, 0, 1]]))
+        >>> sliding_window_mask(full, 2)[0, 0].int().tolist()
+        [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 0, 1]]
+    """
+    window = check_int("window", window, minimum=1)
+    if not isinstance(mask, torch.Tensor) or mask.ndim < 2 or mask.shape[-1] != mask.shape[-2]:
+        got = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise ValueError(f"mask must be a (..., L, L) tensor (document_mask's), got {got}")
+    band = _band(mask.shape[-1], window, causal=causal, device=mask.device)
+    if mask.dtype == torch.bool:
+        return mask & band
+    return mask.masked_fill(~band, torch.finfo(mask.dtype).min)
+
+
+def _band(n: int, window: int, *, causal: bool, device: Any) -> torch.Tensor:
+    """The ``(n, n)`` bool band of a sliding window (the one rule of :func:`document_mask` and
+    :func:`sliding_window_mask`), as diagonals: no int64 ``(n, n)`` of distances."""
+    seen = torch.ones(n, n, dtype=torch.bool, device=device)
+    if causal:  # 0 <= i - j < window
+        return seen.tril().triu(1 - window)
+    return seen.triu(-window).tril(window)  # |i - j| <= window
 
 
 def document_mask_mod(document_ids: torch.Tensor, *, causal: bool = True) -> Callable[..., Any]:
