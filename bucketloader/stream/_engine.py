@@ -186,6 +186,9 @@ class Pass:
         #: unknown in a pass resumed from an exact state)
         self.traced = self.checks_lengths
         self.trace: int | None = 0 if self.traced else None
+        #: NOTE [ A stream state that holds no sample ]: the newest sample (piece) the filler
+        #: handed out, as ``(position, piece, length)`` (``None``: none yet)
+        self.anchor: tuple[int, int, int] | None = None
 
     def _note_batch(self, entries: Sequence[Any], old: Container[Any]) -> None:
         """Count a batch that ``last_batch="fill"`` completed, entry by entry (stream
@@ -289,6 +292,11 @@ class Pass:
 
     def _restore(self, state: dict[str, Any]) -> None:
         """Rebuild the filler's buffers from ``state`` and the samples taken back."""
+        raise NotImplementedError
+
+    def _taken_length(self, pos: int, piece: int) -> int:
+        """The length of sample ``pos`` (its ``piece``) as a resume took it back, measured as
+        the pass measured it when it handed it out (:attr:`anchor`)."""
         raise NotImplementedError
 
     def _held_lengths(self) -> tuple[list[int], list[int]]:
@@ -404,7 +412,40 @@ class Pass:
     # -- state ------------------------------------------------------------------------------
     def _held(self) -> list[int]:
         """The stream positions of every sample the state names (read back on resume)."""
-        return self._positions() + self._stand_ins()
+        held = self._positions() + self._stand_ins()
+        anchor = self._anchor_named(held)
+        return held if anchor is None else [anchor[0]]
+
+    def _anchor_named(self, held: list[int]) -> tuple[int, int, int] | None:
+        """NOTE [ A stream state that holds no sample ]
+        The length digest of a state (NOTE [ A stream state over a source without a length ] at
+        :meth:`_check_lengths`) covers the samples it holds. A state can hold none: one bucket
+        and no shuffle buffer, saved right after a batch; a ``PackIterable`` whose rows all
+        closed (``max_documents``). Its digest was of nothing (all zeros), so nothing was
+        compared, and with one sample inserted at the front of the source the resume trained a
+        sample twice, silently (s32-rev: sample 39 of a 4-row batch; document 19 packed). So such
+        a state names instead the newest sample the pass handed out (:attr:`anchor`: the last
+        of its last batch, or of its last row; ``"anchor"``, ``[position, piece]``) and digests
+        its length: the resume reads it back with the rest (it is one of the positions the state
+        holds, so a source's checkpoints cover it too) and compares. It catches what the digest
+        of a held sample catches (a change before it), no more. Where the state holds a sample
+        it names no anchor (its digest is as before), and a state saved without one (before
+        s33, all-zero digest) still resumes unchecked. Only over a source without a length: one
+        with a length is checked at ``load_state_dict``.
+
+        Returns the anchor a state holding the ``held`` positions names; ``None``: it holds
+        some, its source has a length, or nothing was handed out yet."""
+        if held or self.anchor is None or not self.checks_lengths:
+            return None
+        return self.anchor
+
+    def _lengths_digest(self, anchor: tuple[int, int, int] | None) -> str:
+        """The digest of the lengths of what the state names: the samples it holds, or the
+        ``anchor`` alone where it holds none (NOTE [ A stream state that holds no sample ])."""
+        if anchor is None:
+            return lengths_digest(*self._held_lengths())
+        pos, piece, length = anchor
+        return lengths_digest([pos * 65_536 + piece], [length])
 
     def _snapshot(self) -> None:
         """Checkpoint the source at ``read`` (the sample just read, ``read - 1``, is not placed
@@ -414,10 +455,16 @@ class Pass:
 
     def state_dict(self) -> dict[str, Any]:
         """The exact state of this pass (NOTE [ Exact resume of a buffered stream ])."""
+        held: list[int] = []  # built once per state (a loop may take one every step), and
+        anchor = None  # not for a source that seeks and has a length (no digest, no segments)
+        if not self.o.seekable or self.checks_lengths:
+            held = self._positions() + self._stand_ins()
+            anchor = self._anchor_named(held)
+            if anchor is not None:
+                held = [anchor[0]]
         if self.o.seekable:  # NOTE [ Seeking a source ]: positions only, the source seeks
             source: dict[str, Any] = {"position": self.read, "state": None, "seek": True}
         else:
-            held = self._held()  # built once per state (a loop may take one every step)
             pos, src = resume_point(self.snaps, min(held, default=self.read))
             source = {"position": pos, "state": src}
             if self.o.stateful and len(self.snaps) > 1:
@@ -435,7 +482,9 @@ class Pass:
             "stats": dict(self.stats),
         }
         if self.checks_lengths:  # NOTE [ A stream state over a source without a length ]
-            out["lengths"] = lengths_digest(*self._held_lengths())
+            out["lengths"] = self._lengths_digest(anchor)
+            if anchor is not None:  # NOTE [ A stream state that holds no sample ]
+                out["anchor"] = [anchor[0], anchor[1]]
             if self.trace is not None:  # NOTE [ A replay over a source without a length ]
                 out["trace"] = self.trace
         return out
@@ -474,6 +523,8 @@ class Pass:
         start, src_state = int(state["source"]["position"]), state["source"]["state"]
         read = int(state["read"])
         wanted = self._wanted(state)
+        if state.get("anchor") is not None:  # NOTE [ A stream state that holds no sample ]
+            wanted.add(int(state["anchor"][0]))
         # (the batches before the state are not made again: the trace goes on from the state's,
         # unknown where it records none)
         saved = state.get("trace")
@@ -504,6 +555,10 @@ class Pass:
         self.read = int(state["read"])
         self.batches = int(state["batches"])
         self.phase = state["phase"]
+        anchor = state.get("anchor")  # (read back with the held samples: before _restore)
+        if anchor is not None:
+            pos, piece = int(anchor[0]), int(anchor[1])
+            self.anchor = (pos, piece, self._taken_length(pos, piece))
         self._restore(state)
         self._check_lengths(state)
         self._verify(state)
@@ -540,16 +595,22 @@ class Pass:
         saved = state.get("lengths")
         if saved is None:
             return
-        keys, lengths = self._held_lengths()
-        mine = lengths_digest(keys, lengths)
+        anchor = self.anchor if state.get("anchor") is not None else None
+        mine = self._lengths_digest(anchor)
         if mine == saved:
             return
-        raise self._changed_source(
-            state,
-            f"the {len(set(keys)):,} samples its state holds ({self.HELD}), read back at "
-            f"their positions, have other lengths than when it was saved (length digest "
-            f"{mine}, the state's {saved})",
-        )
+        if anchor is not None:
+            what = (
+                f"its state holds no sample, and the last sample it handed out (position "
+                f"{anchor[0]:,}), read back there, has another length than when it was saved"
+            )
+        else:
+            keys = self._held_lengths()[0]
+            what = (
+                f"the {len(set(keys)):,} samples its state holds ({self.HELD}), read back at "
+                "their positions, have other lengths than when it was saved"
+            )
+        raise self._changed_source(state, f"{what} (length digest {mine}, the state's {saved})")
 
     def _changed_source(self, state: dict[str, Any], what: str) -> RefusedResume:
         """The error of a resume over a source that changed since ``state`` was saved (NOTE
