@@ -13,7 +13,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, get_worker_info
 
 from bucketloader.stream import BucketIterable, PackIterable
 from bucketloader.stream.counters import RefusedResume
@@ -491,10 +491,10 @@ def test_the_two_refusals_of_a_changed_source_say_the_same_after_naming_their_di
         list(resumed)
     first = MAKERS["bucket"](Src(LENGTHS))
     it = iter(_loader(first))
-    for _ in range(21):
+    for _ in range(20):  # (even: an odd count rotates the lanes, whose refusal says more)
         next(it)
     del it
-    replay = json.loads(json.dumps(first.state_dict(batches_consumed=21)))
+    replay = json.loads(json.dumps(first.state_dict(batches_consumed=20)))
     resumed = MAKERS["bucket"](Src(MOVED))
     resumed.load_state_dict(replay)
     with pytest.raises(ValueError, match=REPLAYED) as by_trace:
@@ -611,3 +611,50 @@ def test_a_state_that_holds_samples_names_no_anchor_and_an_edited_one_is_refused
     for bad in ([state["read"], 0], [-1, 0], [3], "3", [1, True]):
         with pytest.raises(ValueError, match=r"state\['anchor'\] must be \[position, piece\]"):
             _one_bucket(Src(LENGTHS)).load_state_dict({**state, "anchor": bad})
+
+
+class SelfSharding:
+    """Splits itself among DataLoader workers by get_worker_info(), yet is no torch
+    IterableDataset (so the stream cannot tell)."""
+
+    def __init__(self, lengths):
+        self.lengths = lengths
+
+    def __iter__(self):
+        info = get_worker_info()
+        for i, n in enumerate(self.lengths):
+            if info is None or i % info.num_workers == info.id:
+                yield {"input_ids": [1] * n, "id": i}
+
+
+def test_a_replay_refused_after_rotated_lanes_names_a_source_that_shards_itself():
+    # s32-rev's L3: after an odd count the lanes rotate, so such a source hands each worker its
+    # own share where the resume wants another's; the refusal blamed a changed source only,
+    # whose fix (the same source) cannot help. It now names the ways that do.
+    first = _bucket(SelfSharding(LENGTHS))
+    it = iter(_loader(first))
+    for _ in range(7):
+        next(it)
+    del it
+    state = json.loads(json.dumps(first.state_dict(batches_consumed=7)))
+    assert state["first"] == 1
+    again = _bucket(SelfSharding(LENGTHS))
+    again.load_state_dict(state)
+    with pytest.raises(ValueError, match=REPLAYED) as err:
+        list(_loader(again))
+    said = str(err.value).splitlines()[-1]
+    assert "get_worker_info() without being a torch IterableDataset" in said
+    assert "after a multiple of num_workers=2 batches" in said
+    assert "make it a torch.utils.data.IterableDataset" in said
+    # (without rotated lanes the refusal does not say it: a changed source is the cause)
+    first = _bucket(Src(LENGTHS))
+    it = iter(_loader(first))
+    for _ in range(8):
+        next(it)
+    del it
+    state = json.loads(json.dumps(first.state_dict(batches_consumed=8)))
+    changed = _bucket(Src(MOVED))
+    changed.load_state_dict(state)
+    with pytest.raises(ValueError, match=REPLAYED) as err:
+        list(_loader(changed))
+    assert "get_worker_info" not in str(err.value)

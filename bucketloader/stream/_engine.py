@@ -627,8 +627,14 @@ class Pass:
         and resumed over one with a length (checked since s32) is told that too: a source of
         another kind, such as a ``datasets.Dataset`` against its ``.to_iterable_dataset()``,
         which splits itself between DataLoader workers, gives other samples at the same
-        positions even unchanged. Over a source without a length, the text ends with how a
-        source with one would have caught the change sooner."""
+        positions even unchanged. A replay that rotated the lanes (``state["first"] != 0``: the
+        next batch was another worker's than 0's) is told of a source that splits itself by
+        ``get_worker_info()`` without being a torch ``IterableDataset`` (so the stream cannot
+        tell, NOTE [ Who shards the stream across DataLoader workers ] in
+        :mod:`bucketloader.stream.source`): each worker then reads its own share where the
+        resume wants another's, which the same source cannot mend; the text names the two ways
+        that do (s32-rev's L3). Other refusals do not say it. Over a source without a length,
+        the text ends with how a source with one would have caught the change sooner."""
         saved = self.saved_config or {}
         other_kind = checks_lengths(saved) and not self.checks_lengths
         causes = (
@@ -642,10 +648,26 @@ class Pass:
                 "itself between DataLoader workers by shard, and resumed over one with a "
                 "length, such as a datasets.Dataset, read by position)"
             )
+        rotated = int((self.saved_replay or {}).get("first") or 0)
+        if rotated:  # (NOTE [ Worker checkpoints ] in stream.resume: the lanes were rotated)
+            workers = self.worker[1]
+            causes += (
+                ", or a source that splits itself among DataLoader workers by "
+                "torch.utils.data.get_worker_info() without being a torch IterableDataset: "
+                f"this resume starts at worker {rotated}'s batch, so each DataLoader worker "
+                "plays another's part, and such a source gives it its own share instead"
+            )
+            way = (
+                f"For such a source, save the state after a multiple of num_workers={workers} "
+                "batches, or make it a torch.utils.data.IterableDataset (recognised: its "
+                "state_dict then asks for such a count). Else resume"
+            )
+        else:
+            way = "Resume"
         text = (
             f"cannot resume this {self.OWNER} exactly: {what}. The source gives other samples "
             f"than when the state was saved: {causes}, so the resumed epoch would train some "
-            "samples twice and others never. Resume over the same source in the same order "
+            f"samples twice and others never. {way} over the same source in the same order "
             "(seed any random transform by epoch and sample, so a sample reads the same each "
             f"time); {_start_over(epoch)}"
         )
