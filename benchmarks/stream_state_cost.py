@@ -1,6 +1,6 @@
 """What the lengths check costs a stream's ``state_dict()`` over a source without a length.
 
-Run from the repository root (about half a minute on a 2-core machine)::
+Run from the repository root (about two minutes on a 2-core machine)::
 
     .venv/bin/python benchmarks/stream_state_cost.py
 
@@ -14,16 +14,21 @@ holds (NOTE [ A stream state over a source without a length ] in
 (``checks_lengths`` off), and the digest alone (``lengths_digest(*_held_lengths())``). The
 replay trace (NOTE [ A replay over a source without a length ]) costs one multiply-add (for a
 packed batch also a blake2b hash of its documents per row and their lengths) and one ``int64``
-store per batch, timed alone per batch and set against a whole pass's time.
+store per batch: timed alone over the calls a real pass made, as s32 computed it
+(``array("q")``) and as now (``struct.pack``, the same trace), and set against a pass with it
+off, bare and collating its batches; with the default ``open_rows`` too, and over s32-rev's
+documents of 1 to 299 tokens, where a packed pass is cheapest per batch.
 """
 
 from __future__ import annotations
 
 import gc
+import hashlib
 import os
 import platform
 import sys
 import time
+from array import array
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bucketloader.stream import BucketIterable, PackIterable  # noqa: E402
-from bucketloader.stream._engine import Pass, lengths_digest  # noqa: E402
+from bucketloader.stream._engine import TRACE_MOD, Pass, lengths_digest  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "stream_state_cost.md"
 N = 50_000
@@ -140,35 +145,122 @@ def state_row(name: str, make, source) -> list[str]:
     ]
 
 
-def trace_share(make, source) -> list[str]:
-    """The per-batch cost of the trace (:meth:`Pass._trace_batch` and the counters' store,
-    timed alone: a whole pass is too noisy on a shared machine to show it), and its share of
-    the pass (the best of 3)."""
-    stream = make(source)
-    best, batches, samples = float("inf"), 0, 0
-    for _ in range(3):
-        t = time.perf_counter()
-        batches = samples = 0
+def _trace_batch_s32(self, rows: int, real: int, parts=()) -> None:
+    """``Pass._trace_batch`` as s32 left it (the parts packed by ``array("q")``): the same
+    value, for the side-by-side timing."""
+    if self.trace is None:
+        return
+    trace = (self.trace * 1_000_003 + real * 65_537 + rows + 1) % TRACE_MOD
+    if parts:
+        digest = hashlib.blake2b(array("q", parts).tobytes(), digest_size=7).digest()
+        trace = (trace * 1_000_003 + int.from_bytes(digest, "little")) % TRACE_MOD
+    self.trace = trace
+
+
+NOW = Pass._trace_batch
+TRACE_CASES = {
+    "BucketIterable, shuffle_buffer=64, batch_size=32": CASES[
+        "BucketIterable, shuffle_buffer=64, batch_size=32"
+    ],
+    "PackIterable, row_length=512, open_rows=8, batch_size=8": CASES[
+        "PackIterable, row_length=512, open_rows=8, batch_size=8"
+    ],
+    "PackIterable, row_length=512, batch_size=8 (default open_rows=256)": lambda s: PackIterable(
+        s, length_fn="input_ids", row_length=512, batch_size=8
+    ),
+    "PackIterable, row_length=2048, batch_size=32 (default open_rows=256)": lambda s: PackIterable(
+        s, length_fn="input_ids", row_length=2048, batch_size=32
+    ),
+}
+DEFAULT_PACK = "PackIterable, row_length=512, batch_size=8 (default open_rows=256)"
+#: s32-rev's source (its b3_trace_share.py): 40,000 documents of 1 to 299 tokens, uniform
+UNIFORM_CASE = f"{DEFAULT_PACK}, 40,000 documents of 1-299 tokens (uniform)"
+PASSES = 5
+REPLAYS = 20
+
+
+def _pass(stream, collate=None) -> tuple[float, int]:
+    """One pass with the trace off (no trace kept, no store in the counters), CPU time with the
+    garbage collector off; its time and batches."""
+    Pass.checks_lengths = OFF  # type: ignore[assignment,method-assign]
+    gc.collect()
+    gc.disable()
+    try:
+        t = time.process_time()
+        batches = 0
         for batch in stream:
             batches += 1
-            samples += len(batch)
-        best = min(best, time.perf_counter() - t)
-    engine, counters = stream._engine, stream._counters
-    # a packed batch also folds its documents per row and their lengths: a batch of the
-    # pass's mean documents, in 8 rows
-    docs = samples // batches
-    parts = [docs // 8] * 8 + [30] * docs if isinstance(stream, PackIterable) else []
-    n = 100_000
-    t = time.perf_counter()
-    for b in range(n):
-        engine._trace_batch(32, 700, parts)
-        counters.trace(0, b, engine.trace)
-    per_batch = (time.perf_counter() - t) / n
+            if collate is not None:
+                collate(batch)
+        return time.process_time() - t, batches
+    finally:
+        gc.enable()
+        Pass.checks_lengths = ORIGINAL  # type: ignore[method-assign]
+
+
+def _recorded(stream) -> list[tuple]:
+    """The trace's calls of one pass, ``(rows, real, parts)`` per batch, as the pass made them."""
+    calls: list[tuple] = []
+
+    def record(self, rows, real, parts=()):
+        calls.append((rows, real, list(parts)))
+        NOW(self, rows, real, parts)
+
+    Pass._trace_batch = record  # type: ignore[method-assign]
+    try:
+        for _ in stream:
+            pass
+    finally:
+        Pass._trace_batch = NOW  # type: ignore[method-assign]
+    return calls
+
+
+class _Lane:
+    trace = 0
+
+
+def _replay_us(fold, calls: list[tuple], counters) -> tuple[float, int]:
+    """A pass's trace alone: ``fold`` (s32's or now's ``_trace_batch``) over its recorded calls
+    (a packed batch's parts list built as the pass builds it), and the counters' store after
+    each, as the pass does them; microseconds per batch (the fastest of :data:`REPLAYS`), and
+    the final trace."""
+    best = float("inf")
+    lane = _Lane()
+    for _ in range(REPLAYS):
+        lane.trace = 0
+        gc.disable()
+        t = time.process_time()
+        for b, (rows, real, parts) in enumerate(calls):
+            fold(lane, rows, real, parts[:rows] + parts[rows:] if parts else ())  # (the list
+            counters.trace(0, b, lane.trace)  # a packed pass builds: rows' counts + lengths)
+        best = min(best, time.process_time() - t)
+        gc.enable()
+    return best / len(calls) * 1e6, lane.trace
+
+
+def trace_share(make, source) -> list[str]:
+    """The trace's cost per batch, s32's and now's, replayed over the calls a pass made (timed
+    alone: the difference of two whole passes is within their noise on a shared machine), and
+    its share of the pass: bare (the stream alone) and collating each batch with the stream's
+    own collator (as a training loop does); the passes with the trace off, the fastest of
+    :data:`PASSES` (CPU time)."""
+    stream = make(source)
+    calls = _recorded(stream)
+    s32, trace_s32 = _replay_us(_trace_batch_s32, calls, stream._counters)
+    now, trace_now = _replay_us(NOW, calls, stream._counters)
+    assert trace_s32 == trace_now, (trace_s32, trace_now)  # the same trace, two ways
+    bare = min(_pass(stream)[0] for _ in range(PASSES)) / len(calls) * 1e6
+    collate = stream.collator()
+    collated = min(_pass(stream, collate)[0] for _ in range(3)) / len(calls) * 1e6
+    docs = sum(len(p) for _, _, p in calls) / len(calls)
     return [
-        f"{per_batch * 1e9:,.0f}",
-        f"{batches:,}",
-        f"{best:.3f}",
-        f"{per_batch * batches / best:.2%}",
+        f"{len(calls):,}",
+        f"{docs:,.0f}",
+        f"{bare:,.1f}",
+        f"{collated:,.0f}",
+        f"{s32:.1f} ({s32 / bare:.1%})",
+        f"{now:.1f} ({now / bare:.1%})",
+        f"{now / collated:.1%}",
     ]
 
 
@@ -176,8 +268,10 @@ def main() -> None:
     t0 = time.perf_counter()
     source = Plain(rows())
     table = [state_row(name, make, source) for name, make in CASES.items()]
-    names = list(CASES)
-    passes = [[name, *trace_share(CASES[name], source)] for name in (names[0], names[3])]
+    passes = [[name, *trace_share(make, source)] for name, make in TRACE_CASES.items()]
+    uniform = np.random.default_rng(0).integers(1, 300, 40_000).tolist()
+    docs = Plain([{"input_ids": [1] * n} for n in uniform])
+    passes.append([UNIFORM_CASE, *trace_share(TRACE_CASES[DEFAULT_PACK], docs)])
     load = os.getloadavg()[0]
     lines = [
         "# The lengths check: its cost per state_dict() over a source without a length",
@@ -197,12 +291,22 @@ def main() -> None:
         "|---|---:|---:|---:|---:|---:|",
         *("| " + " | ".join(r) + " |" for r in table),
         "",
-        "The replay trace, kept by every pass: its cost per batch (a multiply-add, for a "
-        "packed batch also a hash of its documents per row and their lengths, and one store "
-        "in the shared counters), timed alone, and its share of a whole pass (the best of 3):",
+        "The replay trace, kept by every pass over such a source: a multiply-add per batch (a "
+        "packed batch also hashes its documents per row and their lengths, blake2b), and one "
+        "store in the shared counters. Each stream makes a pass recording the trace's calls "
+        "(rows, tokens and parts of each batch); the trace alone is then timed over those calls "
+        f"(and the store after each), as s32 computed it (`array('q')`) and as now "
+        f"(`struct.pack`: the same bytes, the same trace, asserted), the fastest of {REPLAYS} "
+        "each in CPU time (garbage collector off): the difference of two whole passes is within "
+        "their noise on a shared machine. Its share is of a pass with the trace off, the "
+        f"fastest of {PASSES}: bare (the stream alone, no collation) and collating each batch "
+        "with the stream's own collator (the fastest of 3; `stream.collator()`, as a training "
+        "loop does). Parts: a packed batch's rows and documents, hashed.",
         "",
-        "| stream | trace per batch (ns) | batches | pass (s) | share |",
-        "|---|---:|---:|---:|---:|",
+        "| stream | batches | parts a batch | bare pass (us a batch) "
+        "| with collation (us a batch) | trace as s32 (us a batch, share of the bare pass) "
+        "| trace now (us a batch, share) | trace now, share of the collated pass |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
         *("| " + " | ".join(r) + " |" for r in passes),
     ]
     OUT.write_text("\n".join(lines) + "\n")

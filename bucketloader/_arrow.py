@@ -18,13 +18,27 @@ column, ANDed on the driver), Spark runs one more job (``limit(1)`` of a value t
 number) only when the column's longest text is that short. ``bucketloader.hf.lengths`` refuses
 such a column too (it reads the whole column: ``dataset.cast_column`` to an integer ``Value`` is
 the fix).
+
+The paths that measure a row at a time make the same decision, over the same whole column,
+before they measure any row (s33): a block or a batch sees itself alone, and real text can fill
+one with digits (a column of postcodes sorted by value), so no row, block or batch is refused by
+its own values. The column's type is read from the schema (no row read), and only a text column
+is looked at (:func:`numbers_throughout`, or Spark's job), until a value that is not a number
+settles it: for real text, in the first batch. ``ray_bucket_ids`` and ``spark_bucket_ids`` look
+when called (lazy otherwise), and a stream (``BucketIterable``, ``PackIterable``) when built,
+where its ``length_fn`` is a key and its source is Arrow-backed (``ArrowRows``, a
+``datasets.Dataset``): each reads only that column. A stream over any other source sees one
+sample at a time, and is not checked. Where no key is named, a dict sample is measured by its
+``"length"`` entry, the length itself: text there is refused by its type, sample by sample
+(NOTE [ The length of a sample ] in :mod:`bucketloader._samples`), as ``hf.lengths`` refuses
+a string ``"length"`` column when no column is named.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 #: The last resort a type error names where the engine takes ``length_fn=`` (Ray), and where it
@@ -555,12 +569,57 @@ def numbers_as_text(arr: Any) -> list[str] | None:
     return [str(v) for v in values.slice(0, 3).to_pylist()]
 
 
-def numbers_as_text_error(column: str, examples: list[str], fix: str) -> str:
-    """The one error for a string column of numbers (NOTE [ Numbers written as text ])."""
+def is_text_like(t: Any) -> bool:
+    """Does the Arrow type ``t`` hold text (:func:`is_text`), plainly or dictionary-encoded: a
+    column :func:`numbers_as_text` judges, known from a schema before any row is read?
+
+    Example:
+        >>> import pyarrow as pa
+        >>> is_text_like(pa.dictionary(pa.int8(), pa.string())), is_text_like(pa.int64())
+        (True, False)
+    """
+    import pyarrow as pa
+
+    return is_text(t) or (pa.types.is_dictionary(t) and is_text(t.value_type))
+
+
+def numbers_throughout(arrays: Iterable[Any]) -> list[str] | None:
+    """A few values of a column read as ``arrays`` (its batches, blocks or chunks, in turn)
+    where every non-null value of every one is a number written as text; ``None`` once a batch
+    settles it as text (the rest is never read: for real text, the first), and where no batch
+    holds a value to judge. The whole-column decision of NOTE [ Numbers written as text ], for
+    the paths that read the column just to make it (streams over Arrow, Ray's bucket ids).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> numbers_throughout([pa.array(["3", None]), pa.array(["120"])])
+        ['3']
+        >>> numbers_throughout([pa.array(["3"]), pa.array(["120 tokens"])]) is None
+        True
+    """
+    examples: list[str] = []
+    for arr in arrays:
+        found = numbers_as_text(arr)
+        if found is None:
+            return None
+        examples = examples or found
+    return examples or None
+
+
+def numbers_as_text_error(column: str, examples: list[str], fix: str, chars: str) -> str:
+    """The one error for a string column of numbers (NOTE [ Numbers written as text ]): ``fix``
+    reads them as integers; ``chars`` measures the text in characters after all (a column of
+    digits that is the text, measured by a length the check does not look at).
+
+    Example:
+        >>> print(numbers_as_text_error("n", ["3", "120"], "FIX", "CHARS"))  # doctest: +ELLIPSIS
+        column 'n' is a string column ... ('3', '120', ...), ... (1, 3, ...), ...: FIX; ... CHARS
+    """
     shown = ", ".join(repr(v) for v in examples)
     measured = ", ".join(str(len(v)) for v in examples)
     return (
         f"column {column!r} is a string column whose every value is a number ({shown}, ...), "
         f"and text is measured in characters ({measured}, ...), not read as a number: lengths "
-        f"stored as text? Read them as integers: {fix}"
+        f"stored as text? Read them as integers: {fix}; or, where the digits are the text, "
+        f"count its characters: {chars}"
     )

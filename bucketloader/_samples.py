@@ -13,8 +13,10 @@ on a dataset), one rule applies:
 
 1. *What is measured*: ``sample[key]`` when a key is given, ``key(sample)`` for a callable;
    otherwise the sample itself, except that a dict is measured by its ``"length"`` entry if it has
-   one, else by its only sequence-valued entry (several are ambiguous: name the key), and a tuple
-   by its first element (``(input, target)`` pairs).
+   one (the length itself: text there, ``"120"``, is refused, as ``hf.lengths`` refuses a string
+   ``"length"`` column when no column is named), else by its only sequence-valued entry
+   (several are ambiguous: name the key), and a tuple by its first element (``(input, target)``
+   pairs).
 2. *Its length*: an int is the length itself; decoded audio (a mapping with an ``"array"`` entry)
    has its array's length; a tensor or array has the size of its **first** dim (time-major, as
    ``len()`` and ``pad_sequence`` read it: ``(T,)`` waveforms, ``(T, F)`` features); a list,
@@ -195,7 +197,15 @@ def measured(sample: Any, key: Any = None, *, arg: str = "key") -> tuple[Any, st
         return value, f"sample[{key!r}]"
     if isinstance(sample, Mapping):
         if LENGTH_KEY in sample:
-            return sample[LENGTH_KEY], f"sample[{LENGTH_KEY!r}]"
+            value = sample[LENGTH_KEY]
+            if isinstance(value, (str, bytes)):  # NOTE [ Numbers written as text ] in _arrow
+                raise TypeError(
+                    f"a sample's {LENGTH_KEY!r} entry, read as its length when no {arg} is "
+                    f"given, holds text ({value!r:.40}), not a number; pass {arg}=<the key to "
+                    f"measure> (e.g. {arg}='input_ids'), or, for lengths stored as text, "
+                    f"{arg}=lambda sample: int(sample[{LENGTH_KEY!r}])"
+                )
+            return value, f"sample[{LENGTH_KEY!r}]"
         sized = [k for k, v in sample.items() if _sized(v)]
         nulls = [k for k, v in sample.items() if v is None]
         if not sized and nulls:  # a null row of the one sequence field, not a missing option

@@ -14,6 +14,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 
+import bucketloader
 from bucketloader.engines import ScanResult, parquet_histogram
 from bucketloader.histogram import JointHistogram, LengthHistogram
 from bucketloader.solve import compute_boundaries
@@ -1087,6 +1088,71 @@ def test_a_string_column_of_numbers_is_refused_not_measured_in_characters(tmp_pa
     assert r.histogram == LengthHistogram.from_lengths(
         [len(w) for w in words.drop_null().to_pylist()]
     )
+
+
+def test_a_stream_over_arrow_refuses_the_string_column_of_numbers_parquet_histogram_does(tmp_path):
+    """s33: a stream over those shards (ArrowRows, length_fn naming the column) bucketed "120"
+    as 3, where parquet_histogram now refuses the column. The stream makes the histogram's
+    decision over the whole column when it is built (its type from the schema; a text column
+    is read until a batch settles it): refused with the fix, for both streams, the default
+    'length' entry and a datasets.Dataset source; one word in the last file keeps it text,
+    measured in characters by both."""
+    from bucketloader.stream import BucketIterable, PackIterable
+    from bucketloader.stream.arrow import ArrowRows
+
+    lengths = load_real("ecoli")[:3000]
+    text = [str(n) for n in lengths]
+    _write_shards(tmp_path / "ds", pa.table({"n": text, "id": np.arange(len(text))}), 4)
+    rows = ArrowRows(tmp_path / "ds", batch_rows=256)
+    longest = int(lengths.max())
+    streams = {
+        "bucket": lambda src, fn: BucketIterable(
+            src, length_fn=fn, boundaries=[64, 256, longest], batch_size=8
+        ),
+        "pack": lambda src, fn: PackIterable(src, length_fn=fn, row_length=longest, batch_size=4),
+    }
+    with pytest.raises(ValueError, match="column 'n' is a string column whose every value"):
+        parquet_histogram(tmp_path / "ds", "n", batch_size=500)
+    for make in streams.values():
+        with pytest.raises(ValueError) as info:
+            make(rows, "n")
+        message = str(info.value)
+        assert "column 'n' is a string column whose every value is a number" in message, message
+        assert "pass length_fn=lambda sample: int(sample['n']); or, where the digits" in message
+        assert message.endswith("count its characters: length_fn=lambda sample: len(sample['n'])")
+    by_chars = streams["bucket"](rows, lambda sample: len(sample["n"]))  # the other way named
+    assert sorted(len(s["n"]) for b in by_chars for s in b) == sorted(len(t) for t in text)
+    # a column the rows leave out (columns=) is not looked at: the stream names it as missing
+    with pytest.raises(ValueError, match=r"length_fn='n' is not in the samples"):
+        next(iter(streams["bucket"](ArrowRows(tmp_path / "ds", columns=["id"]), "n")))
+    fixed = streams["bucket"](rows, lambda sample: int(sample["n"]))  # the fix named
+    assert sorted(s["id"] for b in fixed for s in b) == list(range(len(text)))
+    assert sorted(int(s["n"]) for b in fixed for s in b) == sorted(lengths.tolist())
+    # no key: a dict is measured by its 'length' entry, the length itself; text there is refused
+    # by its type at the first sample, from any source (as hf.lengths with no column named)
+    fix = "length_fn=lambda sample: int(sample['length'])"
+    for source in (ArrowRows(pa.table({"length": text})), [{"length": t} for t in text]):
+        for make in streams.values():
+            with pytest.raises(TypeError, match=r"'length' entry, read as its length when no "):
+                next(iter(make(source, None)))
+    with pytest.raises(TypeError) as info:
+        bucketloader.analyze([{"length": t, "ids": [1]} for t in text])  # (column= in its words)
+    assert str(info.value).endswith(
+        f"for lengths stored as text, {fix.replace('length_fn', 'column')}"
+    )
+    datasets = pytest.importorskip("datasets")
+    with pytest.raises(ValueError, match=r"cast_column\('n', datasets.Value\('int64'\)\)"):
+        streams["bucket"](datasets.Dataset.from_dict({"n": text}), "n")
+    # one value that is not a number, in the last file: text, measured in characters by both
+    words = pa.table({"n": [*text[:-1], "MKV"]})
+    _write_shards(tmp_path / "words", words, 4)
+    chars = sorted(len(w) for w in words.column("n").to_pylist())
+    hist = parquet_histogram(tmp_path / "words", "n", batch_size=500).histogram
+    assert hist == LengthHistogram.from_lengths(chars)
+    stream = BucketIterable(
+        ArrowRows(tmp_path / "words"), length_fn="n", boundaries=[2, 4], batch_size=8
+    )
+    assert sorted(len(s["n"]) for b in stream for s in b) == chars
 
 
 def test_a_hugging_face_dataset_is_read_and_its_saved_directory_named(tmp_path):

@@ -437,3 +437,23 @@ def test_a_string_column_of_numbers_is_refused_not_measured_in_characters(cluste
     assert r.histogram == LengthHistogram.from_lengths(
         [len(w) for w in words.drop_null().to_pylist()]
     )
+    # s33: ray_bucket_ids gave such a column buckets by its digits ("120" in the bucket of 3),
+    # block by block; it makes the histogram's decision over the whole column when called (the
+    # string type from the schema, the column read until a block settles it). The cast named
+    # works; one word in the last block keeps the column text, measured in characters
+    bounds = [64, 256, int(ecoli.max())]
+    with pytest.raises(ValueError) as info:
+        ray_bucket_ids(ds, bounds, "n", nulls="skip")
+    message = str(info.value)
+    assert "column 'n' is a string column whose every value is a number" in message, message
+    assert "length_fn=lambda batch: batch['n'].astype('int64')" in message
+    chars = "length_fn=lambda batch: [len(s) for s in batch['n']]"
+    assert message.endswith(f"count its characters: {chars}")
+    by_chars = ray_histogram(given, length_fn=lambda batch: [len(s) for s in batch["n"]])
+    assert by_chars.histogram == LengthHistogram.from_lengths([len(str(n)) for n in ecoli])
+    ids = ray_bucket_ids(given, bounds, length_fn=lambda b: b["n"].astype("int64"))
+    got = sorted((int(r["n"]), r["bucket"]) for r in ids.take_all())
+    assert [b for _, b in got] == assign_buckets(np.sort(ecoli), bounds).tolist()
+    chars = ray_bucket_ids(_blocks(pa.table({"n": words}), 8), [2, 4], "n", nulls="skip")
+    got = [(r["n"], r["bucket"]) for r in chars.take_all() if r["n"] is not None]
+    assert all(b == (len(w) > 2) for w, b in got) and len(got) == len(words) - 300

@@ -632,9 +632,27 @@ def test_a_string_column_of_numbers_is_refused_not_measured_in_characters(spark)
         message = str(info.value)
         assert "column 's' is a string column whose every value is a number" in message, message
         assert "spark_histogram(df, F.col('s').cast('bigint'))" in message
+        assert message.endswith("count its characters: spark_histogram(df, F.length('s'))")
     fixed = spark_histogram(df, F.col("s").cast("bigint"), nulls="skip").histogram  # the fix
     kept = [n for i, n in enumerate(ecoli) if i % 50]
     assert fixed == LengthHistogram.from_lengths(kept)
     # short text that is not numbers alone is text: characters
     r = spark_histogram(df, "w")
     assert r.histogram == LengthHistogram.from_lengths(ecoli % 9 + 1)
+    # s33: spark_bucket_ids gave such a column buckets by its digits ("120" in the bucket of
+    # 3); it makes the histogram's decision over the whole column when called (the string type
+    # from the schema, one job stopping at a value that is not a number), for a name and a
+    # Column alike; the cast named works, and one word keeps the column text
+    bounds = [64, 256, int(ecoli.max())]
+    for column, fix in (("s", "F.col('s').cast('bigint')"), (F.col("s"), ".cast('bigint')")):
+        with pytest.raises(ValueError) as info:
+            spark_bucket_ids(df, bounds, column, nulls="skip")
+        message = str(info.value)
+        assert "is a string column whose every value is a number" in message, message
+        assert fix in message
+    assert message.endswith("count its characters: measure F.length() of it")
+    ids = spark_bucket_ids(df, bounds, F.col("s").cast("bigint"), nulls="skip")
+    got = [r["bucket"] for r in ids.orderBy("n").collect() if r["s"] is not None]
+    assert got == assign_buckets(np.sort(np.array(kept)), bounds).tolist()
+    words = spark.createDataFrame([("120",), ("3",), ("MKV",)], "s string").repartition(2)
+    assert sorted(r["bucket"] for r in spark_bucket_ids(words, [2, 3], "s").collect()) == [0, 1, 1]

@@ -1069,9 +1069,17 @@ def test_a_default_length_column_of_strings_is_refused_not_measured_in_character
     with pytest.raises(TypeError, match=r"or column='length' for the lengths of its lists$"):
         hf.lengths(lists)
     assert hf.lengths(lists, "length").tolist() == [2, 3]  # named: as main measured it unnamed
-    # named, it was measured as text, in characters, [1, 2]; numbers alone are refused (s32-user)
+    # named, it was measured as text, in characters, [1, 2]; numbers alone are refused (s32-user,
+    # kept by s33: the engines refuse the same column, and lengths as text are the likely case);
+    # the error and the docstring name both ways: the cast, and fn= counting the characters
     with pytest.raises(ValueError, match=r"column 'length' is a string column whose every value"):
         hf.lengths(text, "length")
+    with pytest.raises(ValueError) as info:
+        hf.lengths(text, "length")
+    chars = "fn=lambda batch: [len(s) for s in batch['length']]"
+    assert str(info.value).endswith(f"count its characters: {chars}"), info.value
+    assert hf.lengths(text, fn=lambda batch: [len(s) for s in batch["length"]]).tolist() == [1, 2]
+    assert "fn=lambda batch: [len(s) for s in" in hf.lengths.__doc__
     assert hf.lengths(datasets.Dataset.from_dict({"length": [3, 12]})).tolist() == [3, 12]
 
 

@@ -390,9 +390,9 @@ class NumbersAsText:
             elif not self.found[c]:
                 self.found[c] = seen
 
-    def check(self, fix: Callable[[str], str]) -> None:
+    def check(self, fix: Callable[[str], str], chars: Callable[[str], str]) -> None:
         """Raise for the first column found to hold numbers alone; ``fix(column)`` says how to
-        read it as integers with this engine."""
+        read it as integers with this engine, ``chars(column)`` how to count its characters."""
         for c, examples in self.found.items():
             if examples:
-                raise ValueError(numbers_as_text_error(c, examples, fix(c)))
+                raise ValueError(numbers_as_text_error(c, examples, fix(c), chars(c)))

@@ -147,7 +147,10 @@ def parquet_histogram(
         if bar is not None:
             bar.close()
     result = acc.result(f"{what} ({describe_columns(columns)})")
-    text.check(lambda c: _read_as_integers(pa, source, c))  # NOTE [ Numbers written as text ]
+    text.check(  # NOTE [ Numbers written as text ]
+        lambda c: _read_as_integers(pa, source, c),
+        lambda c: f"pass a table of pyarrow.compute.utf8_length(column) as {c!r} in its place",
+    )
     empty = tuple(path for path, n in rows.items() if n == 0)
     return dataclasses.replace(result, empty_files=empty) if empty else result
 

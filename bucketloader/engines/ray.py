@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 from numpy.typing import ArrayLike
 
-from bucketloader._arrow import nested_field
+from bucketloader._arrow import is_text_like, nested_field, numbers_throughout
 from bucketloader._types import LazyModule
 from bucketloader._validation import MissingKeyError, as_lengths, batch_lengths, check_choice
 from bucketloader.boundaries import check_boundaries
@@ -135,12 +135,18 @@ def ray_histogram(
         if numbers >> i & 1:
             examples = _numbers_shown(ds, c)
             if examples:
-                fix = (
-                    f"length_fn=lambda batch: batch[{c!r}].astype('int64') in place of "
-                    f"column={c!r} (or cast the column with ds.map_batches)"
-                )
-                raise ValueError(numbers_as_text_error(c, examples, fix))
+                raise ValueError(numbers_as_text_error(c, examples, *_fixes(c)))
     return result
+
+
+def _fixes(column: str) -> tuple[str, str]:
+    """How to read a Ray column of numbers written as text as integers, and how to count its
+    characters."""
+    return (
+        f"length_fn=lambda batch: batch[{column!r}].astype('int64') in place of "
+        f"column={column!r} (or cast the column with ds.map_batches)",
+        f"length_fn=lambda batch: [len(s) for s in batch[{column!r}]]",
+    )
 
 
 def _numbers_shown(ds: Any, column: str) -> list[str]:
@@ -168,7 +174,11 @@ def ray_bucket_ids(
     Bucket ``i`` holds lengths ``b[i-1] < L <= b[i]``
     (:func:`~bucketloader.boundaries.assign_buckets`), so a Ray Train ingest can route or
     group rows by shape. Lazy like any ``map_batches``; a length above the last boundary fails
-    the job with the length named. With ``nulls="skip"`` a null row gets a null bucket.
+    the job with the length named. With ``nulls="skip"`` a null row gets a null bucket. A
+    string column (measured in characters) is read first, alone, until a block holds a value
+    that is not a number (for real text, the first); numbers alone are refused, as
+    :func:`ray_histogram` refuses them (NOTE [ Numbers written as text ] in
+    :mod:`bucketloader._arrow`).
 
     Example (needs a Ray runtime; run by ``tests/test_engines_ray.py``)::
 
@@ -193,6 +203,19 @@ def ray_bucket_ids(
         raise ValueError(
             f"the dataset already has a column {name!r}; choose another name= for the bucket ids"
         )
+    if columns is not None and _is_text_column(ds, columns[0]):
+        # NOTE [ Numbers written as text ] in bucketloader._arrow: ray_histogram's decision, over
+        # the whole column, before a block gets its ids (a block sees itself alone, and a text
+        # block can be all digits); the column alone is read, until a block settles it
+        c = columns[0]
+
+        def blocks() -> Iterator[Any]:
+            for t in ds.select_columns([c]).iter_batches(batch_size=None, batch_format="pyarrow"):
+                yield cast("pa.Table", t).column(c)
+
+        examples = _run(ray, lambda: numbers_throughout(blocks()))
+        if examples:
+            raise ValueError(numbers_as_text_error(c, examples, *_fixes(c)))
     return ds.map_batches(
         _AddBuckets(columns, fn, b, name, nulls), batch_format="pyarrow", zero_copy_batch=True
     )
@@ -303,6 +326,15 @@ def _file_without_column(ds: Any, columns: list[str]) -> str | None:
             return missing_column(footers(), columns)
     except Exception:  # a diagnosis on the error path: never hide the null count's error
         return None
+
+
+def _is_text_column(ds: Any, column: str) -> bool:
+    """Whether the Ray dataset's schema (its Arrow one; not read from any row) types ``column``
+    as text (:func:`~bucketloader._arrow.is_text_like`)."""
+    import pyarrow as pa
+
+    base = getattr(ds.schema(), "base_schema", None)
+    return isinstance(base, pa.Schema) and is_text_like(base.field(column).type)
 
 
 def _schema_names(ds: Any) -> list[str] | None:

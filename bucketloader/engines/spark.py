@@ -115,10 +115,12 @@ def spark_histogram(df: sql.DataFrame, column: SparkLength, *, nulls: str = "rai
     return result
 
 
-def _check_numbers_as_text(df: Any, item: Any) -> None:
-    """Raise where ``item`` is a string column whose every non-null value is a number written
-    as text: one job that stops at the first value that is not (NOTE [ Numbers written as
-    text ] in :mod:`bucketloader._arrow`)."""
+def _check_numbers_as_text(df: Any, item: Any, *, who: str = "spark_histogram(df, {})") -> None:
+    """Raise where ``item`` is a string column (its type from the schema: any other reads
+    nothing) whose every non-null value is a number written as text: one job that stops at the
+    first value that is not (``take(1)``, which reads the partitions a few at a time: for real
+    text, the first), one more for the error's examples (NOTE [ Numbers written as text ] in
+    :mod:`bucketloader._arrow`). ``who`` is the call the fix names, ``{}`` the cast column."""
     from pyspark.sql import Column
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -127,16 +129,20 @@ def _check_numbers_as_text(df: Any, item: Any) -> None:
     if not isinstance(df.select(col).schema.fields[0].dataType, T.StringType):
         return
     present = df.select(col.alias("v")).where(F.col("v").isNotNull())
-    if present.where(~F.col("v").rlike(NUMBER_TEXT)).limit(1).count():
+    if present.where(~F.col("v").rlike(NUMBER_TEXT)).take(1):
         return
-    examples = [str(r["v"]) for r in present.limit(3).collect()]
+    examples = [str(r["v"]) for r in present.take(3)]
+    if not examples:  # (nulls alone: no value to judge)
+        return
     label = item if isinstance(item, str) else str(item)
+    named = isinstance(item, str)
     fix = (
-        f"spark_histogram(df, F.col({label!r}).cast('bigint'))"
-        if isinstance(item, str)
+        who.format(f"F.col({label!r}).cast('bigint')")
+        if named
         else "cast it with .cast('bigint') before you measure it"
     )
-    raise ValueError(numbers_as_text_error(label, examples, fix))
+    chars = who.format(f"F.length({label!r})") if named else "measure F.length() of it"
+    raise ValueError(numbers_as_text_error(label, examples, fix, chars))
 
 
 def _collect(grouped: Any) -> Any:
@@ -218,7 +224,10 @@ def spark_bucket_ids(
     Bucket ``i`` holds lengths ``b[i-1] < L <= b[i]``
     (:func:`~bucketloader.boundaries.assign_buckets`). A pure column expression (no Python
     UDF); a length above the last boundary (or a null row with ``nulls="raise"``) fails the
-    job with Spark's ``raise_error``; with ``nulls="skip"`` a null row gets a null bucket.
+    job with Spark's ``raise_error``; with ``nulls="skip"`` a null row gets a null bucket. A
+    string column (measured in characters) is looked at first, as :func:`spark_histogram` does:
+    one job, stopping at a value that is not a number; numbers alone are refused (NOTE
+    [ Numbers written as text ] in :mod:`bucketloader._arrow`).
 
     Example (needs a SparkSession ``spark``; run by ``tests/test_engines_spark.py``)::
 
@@ -244,6 +253,7 @@ def spark_bucket_ids(
             f"the DataFrame already has a column {name!r}; choose another name= for the bucket ids"
         )
     length = _length_expr(df, column)
+    _check_numbers_as_text(df, column, who="spark_bucket_ids(df, boundaries, {})")
     on_null = (
         F.lit(None).cast("long")
         if nulls == "skip"

@@ -69,9 +69,16 @@ def lengths(
         column: what to measure. A list column (``"input_ids"``, audio samples) gives its list
             lengths; a struct column gives the length of its ``array`` field (or of its only list
             field; ``"audio.array"`` names one explicitly); an integer column is read as
-            lengths; a string column gives lengths in characters. A sequence of columns gives an
-            ``(N, D)`` array (e.g. source and target token ids). Default: the ``"length"``
-            column when present, else required.
+            lengths; a string column gives lengths in characters, except one whose every
+            value is a number written as text (``"120"``: lengths stored as text, a CSV loaded
+            without features), which is refused, as every engine refuses it (NOTE [ Numbers
+            written as text ] in :mod:`bucketloader._arrow`): read it as integers with
+            ``dataset.cast_column(column, datasets.Value("int64"))``, or, where the digits are
+            the text, count its characters with ``fn=lambda batch: [len(s) for s in
+            batch[column]]``. A sequence of columns gives an ``(N, D)`` array (e.g. source and
+            target token ids). Default: the ``"length"`` column when present (read as the
+            lengths themselves, so a string one is refused there: name it to measure its
+            text), else required.
         fn: instead of a column, ``fn(batch) -> lengths`` over a batch dict in the dataset's
             format, run through ``Dataset.map(batched=True, num_proc=num_proc)`` (cached by
             ``datasets`` like any map).
@@ -311,7 +318,8 @@ def column_lengths(arr: Any, path: str, indices: np.ndarray | None = None) -> np
         found = numbers_as_text(arr)
         if found:
             fix = f"dataset = dataset.cast_column({path!r}, datasets.Value('int64'))"
-            raise ValueError(numbers_as_text_error(path, found, fix))
+            chars = f"fn=lambda batch: [len(s) for s in batch[{path!r}]]"
+            raise ValueError(numbers_as_text_error(path, found, fix, chars))
     parts, null_rows, offset = [], [], 0
     for chunk in arr.chunks:
         values = chunk if measure is None else measure(chunk)

@@ -36,7 +36,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from bucketloader._arrow import NAMED_SKIPS, parquet_files
+from bucketloader._arrow import NAMED_SKIPS, is_text_like, numbers_throughout, parquet_files
 from bucketloader._validation import MissingKeyError, checks_options
 
 __all__ = ["ArrowRows"]
@@ -150,6 +150,41 @@ class ArrowRows(Sequence):  # type: ignore[type-arg]
             (1, 2, 0, 16)
         """
         return None if self._fingerprint is None else dict(self._fingerprint)
+
+    def numbers_as_text(self, column: str) -> list[str] | None:
+        """A few values of ``column`` where it is a string column whose every non-null value is
+        a number written as text (NOTE [ Numbers written as text ] in
+        :mod:`bucketloader._arrow`), else ``None`` (a column of another type, or not one of
+        these columns). Its type is known from the schema before any row is read; a text column
+        is read alone, a record batch at a time, until one settles it (for real text, the
+        first); a column of numbers as text is read whole, as ``parquet_histogram`` reads it.
+
+        Example:
+            >>> import pyarrow as pa
+            >>> rows = ArrowRows(pa.table({"n": ["3", "120"], "text": ["a cat", "12"]}))
+            >>> rows.numbers_as_text("n"), rows.numbers_as_text("text")
+            (['3', '120'], None)
+        """
+        if self.columns is not None and column not in self.columns:
+            return None  # (not in the rows: the stream says so, naming the columns read)
+        if self.table is not None:
+            if column not in self.table.column_names:
+                return None
+            if not is_text_like(self.table.schema.field(column).type):
+                return None
+            return numbers_throughout(self.table.column(column).chunks)
+
+        def batches() -> Iterator[Any]:
+            import pyarrow.parquet as pq
+
+            for path in self.files:  # (a file whose column is not text is passed over: its
+                file = pq.ParquetFile(path)  # values are measured as they are)
+                names = file.schema_arrow.names
+                if column in names and is_text_like(file.schema_arrow.field(column).type):
+                    for batch in file.iter_batches(batch_size=65_536, columns=[column]):
+                        yield batch.column(0)
+
+        return numbers_throughout(batches())
 
     def iter_from(self, first: int, step: int = 1) -> Iterator[dict[str, Any]]:
         """Rows ``first, first + step, ...``, reading nothing before ``first``."""

@@ -79,6 +79,7 @@ from bucketloader.stream.resume import (
 )
 from bucketloader.stream.source import (
     check_length,
+    check_length_columns,
     checkpoints_exactly,
     is_seekable,
     make_length_fn,
@@ -229,6 +230,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
                 )
             self.source = check_source(source)
             self._length = make_length_fn(length_fn)
+            check_length_columns(self.source, length_fn)  # (NOTE [ Numbers written as text ])
             self._measured_by_callable = callable(length_fn)
             multi = isinstance(length_fn, (tuple, list))
             self._keys: tuple[Any, ...] = (

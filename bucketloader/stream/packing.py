@@ -74,7 +74,7 @@ from bucketloader.stream.resume import (
     source_config,
     state_keys,
 )
-from bucketloader.stream.source import checkpoints_exactly, is_seekable
+from bucketloader.stream.source import check_length_columns, checkpoints_exactly, is_seekable
 
 __all__ = ["STREAM_OVERFLOW", "PackIterable"]
 
@@ -189,6 +189,7 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
             self.source = check_source(source)
             self.length_fn = length_fn
             self._measure = make_length_fn(length_fn)
+            check_length_columns(self.source, length_fn)  # (NOTE [ Numbers written as text ])
             self.row_length = check_row_length(row_length)
             # the sampler's batch-size rule
             (self.batch_size,) = row_batch_sizes(batch_size, max_tokens, (self.row_length,))

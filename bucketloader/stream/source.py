@@ -90,6 +90,71 @@ def make_length_fn(length_fn: Any) -> Callable[[Any], Any]:
     )
 
 
+def check_length_columns(source: Any, length_fn: Any) -> None:
+    """Refuse a ``length_fn`` key that names a string column of numbers in an Arrow-backed source
+    (:class:`~bucketloader.stream.arrow.ArrowRows`, a ``datasets.Dataset``): each ``"120"``
+    would be measured in characters, 3 (NOTE [ Numbers written as text ] in
+    :mod:`bucketloader._arrow`: the rule of ``parquet_histogram`` and ``hf.lengths``, over the
+    whole column, so a text column that holds one word is measured as text). A column's type
+    comes from the schema, so a column of another type reads nothing; any other source, or a
+    callable ``length_fn``, is not looked at (a stream sees one sample at a time). With
+    ``length_fn=None`` a dict is measured by its ``"length"`` entry, which holds the length
+    itself: text there is refused sample by sample, by its type (NOTE [ The length of a
+    sample ] in :mod:`bucketloader._samples`).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> from bucketloader.stream.arrow import ArrowRows
+        >>> try:  # doctest: +ELLIPSIS
+        ...     check_length_columns(ArrowRows(pa.table({"n": ["3", "120"]})), "n")
+        ... except ValueError as exc:
+        ...     print(*str(exc).split("? ")[-1].split("; "), sep="\\n")
+        Read them as integers: pass length_fn=lambda sample: int(sample['n'])
+        or, where the digits are the text, count its characters: length_fn=lambda sample: ...
+    """
+    if isinstance(length_fn, str):
+        keys = [length_fn]
+    elif isinstance(length_fn, (tuple, list)):
+        keys = [k for k in length_fn if isinstance(k, str)]
+    else:
+        return
+    for key in keys:
+        examples, cast = _numbers_in(source, key)
+        if examples:
+            from bucketloader._arrow import numbers_as_text_error
+
+            read = f"int(sample[{key!r}])"
+            fix = (
+                f"pass a callable length_fn that reads {read} in place of {key!r}"
+                if isinstance(length_fn, (tuple, list))
+                else f"pass length_fn=lambda sample: {read}"
+            )
+            chars = (
+                f"a callable length_fn that reads len(sample[{key!r}])"
+                if isinstance(length_fn, (tuple, list))
+                else f"length_fn=lambda sample: len(sample[{key!r}])"
+            )
+            raise ValueError(numbers_as_text_error(key, examples, cast + fix, chars))
+
+
+def _numbers_in(source: Any, key: str) -> tuple[list[str] | None, str]:
+    """:meth:`ArrowRows.numbers_as_text <bucketloader.stream.arrow.ArrowRows.numbers_as_text>`
+    of ``key``, or its like over a ``datasets.Dataset``'s table (with the cast that fixes it
+    there), ``None`` for any other source."""
+    check = getattr(source, "numbers_as_text", None)
+    if callable(check):  # ArrowRows
+        return check(key), ""
+    table: Any = getattr(getattr(source, "data", None), "table", None)  # a datasets.Dataset's
+    if type(table).__module__.split(".")[0] != "pyarrow" or key not in table.column_names:
+        return None, ""
+    from bucketloader._arrow import is_text_like, numbers_throughout
+
+    if not is_text_like(table.schema.field(key).type):
+        return None, ""
+    cast = f"dataset.cast_column({key!r}, datasets.Value('int64')), or "
+    return numbers_throughout(table.column(key).chunks), cast
+
+
 class _JointLengths:
     """``sample -> tuple of lengths``, one per bucketed input (a class, so that it pickles)."""
 
