@@ -209,11 +209,12 @@ class EpochSampler(Sampler[list[int]]):
             return None
         return self._digest_on(theirs) if 1 <= theirs != self.num_replicas else None
 
-    def _current_on_saved_ranks(self, saved: Any) -> bool:
+    @staticmethod
+    def _current_on_saved_ranks(saved: Any, mine: str | None) -> bool:
         """Whether a state's ``saved`` configuration is from other ranks and its plan digest
-        (less its fill version) is the one this sampler's data and options make on them."""
+        (less its fill version) is ``mine``, the one this sampler's data and options make on
+        them (:meth:`_digest_on_saved_ranks`)."""
         digest = saved.get("plan_digest") if isinstance(saved, dict) else None
-        mine = self._digest_on_saved_ranks(saved)
         return (
             mine is not None
             and isinstance(digest, str)
@@ -401,24 +402,39 @@ class EpochSampler(Sampler[list[int]]):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next ``__iter__`` yields exactly the remaining batches of the saved epoch.
 
-        Raises ``ValueError`` if ``state`` comes from another configuration, naming both values.
+        Raises ``ValueError`` if ``state`` comes from another configuration, naming both values
+        (or from an older plan of the same options, naming the way on).
         """
-        config = self._config_against(state)
+        epoch, pos = self._checked_state(state)
+        self.epoch, self._start, self._yielded = epoch, pos, pos
+        self._passes = _Passes(advanced=self._passes.advanced)
+
+    def _checked_state(self, state: Any) -> tuple[int, int]:
+        """Every check :meth:`load_state_dict` makes of ``state``, changing nothing: the
+        ``(epoch, batches_yielded)`` it would resume at, or its error. ``BucketTrainer`` checks
+        a checkpoint's state with it, so the two accept the same states (s32: the trainer
+        compared ``_config()`` alone, without the ranks' rules below, and refused states the
+        sampler loads: NOTE [ An epoch boundary on another number of ranks ])."""
         saved = state.get("config") if isinstance(state, dict) else None
-        current = self._current_on_saved_ranks(saved)
+        theirs = self._digest_on_saved_ranks(saved)  # (once per resume: K buckets' arrays)
+        current = self._current_on_saved_ranks(saved, theirs)
+        self._refuse_older(state, saved, current=current)
+        config = self._config_against(state)
         if current:  # (the saved ranks' plan of this data and these options: only ranks differ)
             config = {**config, "plan_digest": saved["plan_digest"]}  # type: ignore[index]
         # (data or options differ beside the ranks: their error, not the ranks')
-        other_plan = not current and self._digest_on_saved_ranks(saved) is not None
-        epoch, pos = _check_state(
+        return _check_state(
             state,
             config,
             type(self).__name__,
             ranked=self._digest_follows_ranks,
-            other_plan=other_plan,
+            other_plan=not current and theirs is not None,
         )
-        self.epoch, self._start, self._yielded = epoch, pos, pos
-        self._passes = _Passes(advanced=self._passes.advanced)
+
+    def _refuse_older(self, state: Any, saved: Any, *, current: bool) -> None:
+        """Refuse a ``state`` saved by an older plan of this sampler's options, naming the way
+        on (a subclass's; ``saved``: its config where a dict; ``current``: it is this data and
+        these options' plan on other ranks, :meth:`_current_on_saved_ranks`). None here."""
 
     def _config_against(self, state: Any) -> dict[str, Any]:
         """This sampler's :meth:`_config`, as ``state`` is compared with it (a subclass adds
@@ -1027,19 +1043,15 @@ class BucketSampler(SpecShapes, EpochSampler):
         )
 
     # -- resumption ---------------------------------------------------------------------------
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume: the next ``__iter__`` yields exactly the remaining batches of the saved epoch.
-
-        Raises ``ValueError`` if ``state`` comes from another configuration, naming both values;
-        a state saved before even batches (NOTE [ Even batches ]) is refused with the option that
-        resumes it exactly, one saved before NOTE [ Filling a small bucket ] (its small buckets'
-        steps held other samples) with the epoch to start over.
-        """
-        saved = state.get("config") if isinstance(state, dict) else None
+    def _refuse_older(self, state: Any, saved: Any, *, current: bool) -> None:
+        """A state saved before even batches (NOTE [ Even batches ]) is refused with the option
+        that resumes it exactly, one saved before NOTE [ Filling a small bucket ] (its small
+        buckets' steps held other samples) with the epoch to start over; a joint plan solved
+        again into other cells names the cache that keeps it."""
         # (a state of this data and options on other ranks is not an older version's, whose
         # digests the checks below look for: on 1 rank, or where the saved ranks promoted
         # nothing, this version's digest is the given or the even spec's, s32-user)
-        older = not self._current_on_saved_ranks(saved)
+        older = not current
         if (
             older
             and isinstance(saved, dict)
@@ -1105,7 +1117,6 @@ class BucketSampler(SpecShapes, EpochSampler):
             )
         if isinstance(saved, dict) and self.spec.joint:
             self._refuse_other_joint_plan(state, saved)
-        super().load_state_dict(state)
 
     def _refuse_other_joint_plan(self, state: dict[str, Any], saved: dict[str, Any]) -> None:
         """A joint plan is solved under a wall-clock ``time_limit``, so a restart that solves

@@ -457,3 +457,21 @@ def test_repeats_for_ranks_without_a_sample_are_warned_about(last_batch, budget)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             BucketSampler(**quiet, last_batch=last_batch, **budget)
+
+
+def test_a_resume_on_other_ranks_plans_the_saved_ranks_digest_once(monkeypatch):
+    # s32-fin2: load_state_dict ran _digest_on (for_replicas and the promotion over K buckets)
+    # two to three times per resume of a BucketSampler state from other ranks; now once
+    lengths = np.random.default_rng(0).integers(1, 300, 2_000)
+    opts = dict(num_buckets=4, max_tokens=4096, seed=1)
+    saved = BucketSampler(lengths, num_replicas=4, rank=0, **opts)
+    saved.set_epoch(2)
+    state = json.loads(json.dumps(saved.state_dict()))
+    here = BucketSampler(lengths, num_replicas=2, rank=0, **opts)
+    calls = []
+    planned = BucketSampler._digest_on
+    monkeypatch.setattr(
+        BucketSampler, "_digest_on", lambda self, n: calls.append(n) or planned(self, n)
+    )
+    here.load_state_dict(state)
+    assert calls == [4] and (here.epoch, here.state_dict()["batches_yielded"]) == (2, 0)

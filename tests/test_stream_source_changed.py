@@ -13,7 +13,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, get_worker_info
 
 from bucketloader.stream import BucketIterable, PackIterable
 from bucketloader.stream.counters import RefusedResume
@@ -24,6 +24,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 LENGTHS = np.random.default_rng(0).integers(1, 60, 600).tolist()
 CHANGED = "read back at their positions, have other lengths than when it was saved"
 REPLAYED = "batches of other sizes than the saved run"
+#: A state that holds no sample: its anchor (NOTE [ A stream state that holds no sample ]).
+ANCHORED = "its state holds no sample, and the last sample it handed out"
 #: The source with its last sample moved to the front: every position names another sample,
 #: and the lengths' histogram (a split stream's schedule) is the same.
 MOVED = [LENGTHS[-1], *LENGTHS[:-1]]
@@ -288,7 +290,21 @@ def test_the_way_on_a_refusal_names_works_behind_workers():
         assert ids == list(range(600))
 
 
-@pytest.mark.parametrize("make", [_bucket, _pack], ids=["bucket", "pack"])
+def _one_bucket(source, **kw):
+    """One bucket, no shuffle buffer: a state saved right after a batch holds no sample."""
+    return BucketIterable(source, length_fn="input_ids", boundaries=[60], batch_size=4, **kw)
+
+
+def _closed_rows(source, **kw):
+    """Rows of one document (max_documents // batch_size): every row closes as it opens."""
+    return PackIterable(
+        source, length_fn="input_ids", row_length=64, batch_size=2, max_documents=3, **kw
+    )
+
+
+@pytest.mark.parametrize(
+    "make", [_bucket, _pack, _one_bucket], ids=["bucket", "pack", "one-bucket"]
+)
 def test_worker_checkpoints_refuse_a_changed_source(make, tmp_path):
     # NOTE [ Worker checkpoints ]: a worker restores its exact state, which holds the lengths
     datasets = pytest.importorskip("datasets")
@@ -305,12 +321,14 @@ def test_worker_checkpoints_refuse_a_changed_source(make, tmp_path):
     del it
     state = json.loads(json.dumps(first.state_dict(batches_consumed=k)))
     assert all(x is not None and "lengths" in x for x in state["lanes"])
+    if make is _one_bucket:  # (written right after a batch: they hold no sample)
+        assert all("anchor" in x for x in state["lanes"])
     again = make(source(LENGTHS), checkpoint_dir=tmp_path)
     again.load_state_dict(state)
     assert head + _ids(_loader(again)) == whole
     changed = make(source(MOVED), checkpoint_dir=tmp_path)
     changed.load_state_dict(state)
-    with pytest.raises(ValueError, match=CHANGED):
+    with pytest.raises(ValueError, match=ANCHORED if make is _one_bucket else CHANGED):
         list(_loader(changed))
 
 
@@ -476,10 +494,10 @@ def test_the_two_refusals_of_a_changed_source_say_the_same_after_naming_their_di
         list(resumed)
     first = MAKERS["bucket"](Src(LENGTHS))
     it = iter(_loader(first))
-    for _ in range(21):
+    for _ in range(20):  # (even: an odd count rotates the lanes, whose refusal says more)
         next(it)
     del it
-    replay = json.loads(json.dumps(first.state_dict(batches_consumed=21)))
+    replay = json.loads(json.dumps(first.state_dict(batches_consumed=20)))
     resumed = MAKERS["bucket"](Src(MOVED))
     resumed.load_state_dict(replay)
     with pytest.raises(ValueError, match=REPLAYED) as by_trace:
@@ -560,3 +578,104 @@ def test_the_traces_a_state_records_keep_their_values():
             next(it)
         traces.append(stream.state_dict()["trace"])
     assert traces == [PINNED_BUCKET_TRACE, PINNED_PACK_TRACE]
+
+
+class Checkpointed(Src):
+    """A source that checkpoints itself (HF's contract): a resume restarts it at a checkpoint."""
+
+    def __init__(self, lengths):
+        super().__init__(lengths)
+        self.pos, self.start = 0, 0
+
+    def state_dict(self):
+        return {"pos": self.pos}
+
+    def load_state_dict(self, state):
+        self.start = state["pos"]
+
+    def __iter__(self):
+        start, self.start = self.start, 0
+        for i in range(start, len(self.lengths)):
+            self.pos = i + 1
+            yield {"input_ids": [1] * self.lengths[i], "id": i}
+
+
+@pytest.mark.parametrize("source", [Src, Checkpointed], ids=["replayed", "checkpointed"])
+@pytest.mark.parametrize("make", [_one_bucket, _closed_rows], ids=["one-bucket", "closed-rows"])
+def test_a_state_that_holds_no_sample_checks_the_last_sample_it_handed_out(make, source):
+    # s32-rev's L1: such a state's digest was of nothing (all zeros), so one sample inserted at
+    # the front resumed silently and a sample was trained twice (NOTE [ A stream state that
+    # holds no sample ] in bucketloader.stream._engine)
+    whole = _ids(make(source(LENGTHS)))
+    for k in (1, len(whole) // 2, len(whole) - 1):
+        head, state = _head(make(source(LENGTHS)), k)
+        assert state["anchor"] == [state["read"] - 1, 0], k  # (here: the last sample read)
+        assert state["lengths"] != "0" * 16
+        again = make(source(LENGTHS))
+        again.load_state_dict(state)
+        assert head + _ids(again) == whole, k
+        inserted = make(source([5, *LENGTHS]))
+        inserted.load_state_dict(state)
+        with pytest.raises(ValueError, match=ANCHORED):
+            list(inserted)
+    old = {**state, "lengths": "0" * 16}  # saved before s33: no anchor, a digest of nothing
+    del old["anchor"]
+    again = make(source(LENGTHS))
+    again.load_state_dict(old)
+    assert head + _ids(again) == whole  # (it still resumes, unchecked as before)
+
+
+def test_a_state_that_holds_samples_names_no_anchor_and_an_edited_one_is_refused():
+    _, state = _head(MAKERS["bucket"](Src(LENGTHS)), 20)
+    assert "anchor" not in state  # (its held samples' digest, as before)
+    _, state = _head(_one_bucket(Src(LENGTHS)), 5)
+    for bad in ([state["read"], 0], [-1, 0], [3], "3", [1, True]):
+        with pytest.raises(ValueError, match=r"state\['anchor'\] must be \[position, piece\]"):
+            _one_bucket(Src(LENGTHS)).load_state_dict({**state, "anchor": bad})
+
+
+class SelfSharding:
+    """Splits itself among DataLoader workers by get_worker_info(), yet is no torch
+    IterableDataset (so the stream cannot tell)."""
+
+    def __init__(self, lengths):
+        self.lengths = lengths
+
+    def __iter__(self):
+        info = get_worker_info()
+        for i, n in enumerate(self.lengths):
+            if info is None or i % info.num_workers == info.id:
+                yield {"input_ids": [1] * n, "id": i}
+
+
+def test_a_replay_refused_after_rotated_lanes_names_a_source_that_shards_itself():
+    # s32-rev's L3: after an odd count the lanes rotate, so such a source hands each worker its
+    # own share where the resume wants another's; the refusal blamed a changed source only,
+    # whose fix (the same source) cannot help. It now names the ways that do.
+    first = _bucket(SelfSharding(LENGTHS))
+    it = iter(_loader(first))
+    for _ in range(7):
+        next(it)
+    del it
+    state = json.loads(json.dumps(first.state_dict(batches_consumed=7)))
+    assert state["first"] == 1
+    again = _bucket(SelfSharding(LENGTHS))
+    again.load_state_dict(state)
+    with pytest.raises(ValueError, match=REPLAYED) as err:
+        list(_loader(again))
+    said = str(err.value).splitlines()[-1]
+    assert "get_worker_info() without being a torch IterableDataset" in said
+    assert "after a multiple of num_workers=2 batches" in said
+    assert "make it a torch.utils.data.IterableDataset" in said
+    # (without rotated lanes the refusal does not say it: a changed source is the cause)
+    first = _bucket(Src(LENGTHS))
+    it = iter(_loader(first))
+    for _ in range(8):
+        next(it)
+    del it
+    state = json.loads(json.dumps(first.state_dict(batches_consumed=8)))
+    changed = _bucket(Src(MOVED))
+    changed.load_state_dict(state)
+    with pytest.raises(ValueError, match=REPLAYED) as err:
+        list(_loader(changed))
+    assert "get_worker_info" not in str(err.value)

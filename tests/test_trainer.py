@@ -310,6 +310,69 @@ def test_a_resume_with_a_sampler_of_your_own_says_it_cannot_be_checked(saved_run
     assert [b[1:] for b in rest] == [b[1:] for b in whole if b[0] >= 4]
 
 
+def test_a_checkpoint_between_epochs_resumes_over_shards_cut_otherwise(tmp_path):
+    """s32-shard / s32-user: a ShardedSampler state saved between epochs loads over the same
+    data cut into other shards on as many ranks (sampler.load_state_dict), but BucketTrainer's
+    checkpoint check compared its config alone and refused it (plan_digest). It now makes the
+    sampler's own check: the resumed run trains epoch 1 of the new cut's plan, exactly; within
+    an epoch it is still refused, as by the sampler."""
+    from bucketloader import LengthHistogram
+    from bucketloader.sharded import ShardedSampler
+
+    data = _resume_data()
+    lengths = np.asarray([len(x) for x in data["input_ids"]])
+    perm = np.random.default_rng(3).permutation(90)  # (a cut with as many steps as the first)
+    cuts = {"a": [np.arange(0, 90, 2), np.arange(1, 90, 2)], "b": [perm[:45], perm[45:]]}
+
+    def bucketing(cut):  # rank 0 of 2, in one process (the ranks' histograms given)
+        shards = cuts[cut]
+        hists = [LengthHistogram.from_lengths(lengths[s]) for s in shards]
+        opts = {"num_buckets": 3, "max_tokens": 256, "seed": 3}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            sampler = ShardedSampler(
+                lengths[shards[0]], shard_histograms=hists, num_replicas=2, rank=0, **opts
+            )
+        collator = hf.ModelInputs(sampler.collator(pad_value={"input_ids": 0}))
+        return hf.Bucketing(sampler, collator, sampler.wrap(data.select(shards[0])))
+
+    a, b = bucketing("a"), bucketing("b")
+    assert len(a.sampler) == len(b.sampler) == 8  # (8 steps an epoch: Trainer's arithmetic)
+    assert a.sampler._config()["plan_digest"] != b.sampler._config()["plan_digest"]
+    out = tmp_path / "a"
+    _resume_run(out, data=a.dataset, bucketing=a)  # (checkpoints at steps 4 and 8: its end)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # (a sampler of 2 ranks in 1 process)
+        rest = _resume_run(
+            tmp_path / "b", str(out / "checkpoint-8"), b.dataset, b, num_train_epochs=2
+        ).seen
+    b.sampler.set_epoch(1)
+    plan = [sorted(5 + int(cuts["b"][0][i]) for i in batch) for batch in b.sampler]
+    assert [sorted(i for i in ids if i >= 5) for _, _, ids in rest] == plan  # (real rows)
+    again = bucketing("b")
+    with pytest.raises(ValueError, match=r"plan_digest="):  # (within the epoch: refused)
+        _resume_run(tmp_path / "c", str(out / "checkpoint-4"), again.dataset, again)
+
+
+def test_a_checkpoint_between_epochs_on_other_ranks_is_refused_for_its_steps(saved_run, tmp_path):
+    """The sampler loads a state saved between epochs on another number of ranks (NOTE [ An
+    epoch boundary on another number of ranks ]), and so does the trainer's check now; Trainer
+    counts the epoch from the optimizer steps, which the ranks change, so the resume is still
+    refused, for the position, naming the steps per epoch on both rank counts."""
+    out, whole = saved_run
+    last = len(whole)  # (the checkpoint at the end of epoch 0)
+    record = json.loads(
+        (out / f"checkpoint-{last}" / trainer_module.SAMPLER_STATE_NAME).read_text()
+    )
+    assert (record["sampler_state"]["epoch"], record["sampler_state"]["batches_yielded"]) == (1, 0)
+    data = _resume_data()
+    two = hf.for_text(data, "input_ids", seed=3, num_replicas=2, rank=0, **_RESUME_OPTIONS)
+    two.sampler.load_state_dict(record["sampler_state"])  # (the sampler takes it)
+    steps = rf"{len(two.sampler)} optimizer steps per epoch over 2 rank\(s\), the checkpoint's "
+    with pytest.raises(ValueError, match=steps + rf"{last} over 1: it counts"):
+        _resume_run(tmp_path, str(out / f"checkpoint-{last}"), data, two, num_train_epochs=2)
+
+
 def test_the_loaders_use_the_loader_options_asked_for(tmp_path):
     """s30-rev: TrainingArguments(dataloader_multiprocessing_context="spawn") was not passed to
     the loaders BucketTrainer builds, whose workers were then forked (where forking fails, as

@@ -26,8 +26,10 @@ skipped the first batches of another plan, silently: samples trained twice and o
 (s29-user: 4 repeated, 1 never seen). So every checkpoint folder BucketTrainer writes holds
 ``bucketloader_sampler.json``: the training sampler's ``state_dict()`` at that step (the epoch
 and batches ``Trainer`` will skip, the sampler's config) with the step count and accumulation it
-was counted with. At ``resume_from_checkpoint`` the sampler's own check (:func:`~bucketloader.
-sampler.check_state`) compares it with the new run's sampler, and the position with the one
+was counted with. At ``resume_from_checkpoint`` the sampler's own check (every check its
+``load_state_dict`` makes, rules across ranks included: NOTE [ An epoch boundary on another
+number of ranks ] in :mod:`bucketloader.sampler`; s33: it compared the config alone and refused
+a state the sampler loads) compares it with the new run's sampler, and the position with the one
 ``Trainer`` is about to skip to; either differing is one ``ValueError`` naming what changed and
 the ways on. ``ignore_data_skip=True`` (the user asked to skip nothing) is honoured unchecked; a
 checkpoint without the file (an older bucketloader, or ``Trainer``'s) resumes as before with one
@@ -123,7 +125,7 @@ from bucketloader.hf.loss import (
     zero_loss,
 )
 from bucketloader.plan import BucketSpec, TokenBudget
-from bucketloader.sampler import BucketSampler, EpochSampler, check_state, config_changes
+from bucketloader.sampler import BucketSampler, EpochSampler, config_changes
 
 __all__ = ["BucketSeq2SeqTrainer", "BucketTrainer"]
 
@@ -1058,7 +1060,10 @@ class _BucketMixin:
             )
         ways = _ways_on(state, epoch, skip)
         try:
-            check_state(state, sampler._config(), type(sampler).__name__)
+            # (the sampler's own check, ranks' rules included: NOTE [ An epoch boundary on
+            # another number of ranks ]; s32 compared _config() alone and refused states the
+            # sampler loads, such as one between epochs over shards cut otherwise)
+            sampler._checked_state(state)
         except (TypeError, ValueError) as exc:
             changes = config_changes(state.get("config") or {}, sampler._config())
             what = _what_changed(changes) if changes else f"its sampler refuses the state: {exc}"
@@ -1076,12 +1081,16 @@ class _BucketMixin:
                 f"{ways}"
             ) from exc
         if (state["epoch"], state["batches_yielded"]) != (epoch, skip):
+            # (a state between epochs on other ranks passes the sampler's check, and lands
+            # here: Trainer counts the epoch from the steps, which the ranks change)
+            theirs, mine = state["config"].get("num_replicas"), sampler.num_replicas
+            ranks = ("", "") if theirs == mine else (f" over {mine} rank(s)", f" over {theirs}")
             counted = (
                 f"gradient_accumulation_steps={self.args.gradient_accumulation_steps}, the "
                 f"checkpoint's {accumulation}"
                 if accumulation != self.args.gradient_accumulation_steps
-                else f"{self._steps_per_epoch} optimizer steps per epoch, the checkpoint's "
-                f"{record.get('steps_per_epoch')}"
+                else f"{self._steps_per_epoch} optimizer steps per epoch{ranks[0]}, the "
+                f"checkpoint's {record.get('steps_per_epoch')}{ranks[1]}"
             )
             raise ValueError(
                 f"{owner} cannot resume from checkpoint {checkpoint!r} exactly: its run had "

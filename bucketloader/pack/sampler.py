@@ -509,13 +509,10 @@ class PackSampler(EpochSampler):
         _, row_offsets, row_kind = self.spec.layout
         return fill_pools(self.spec, self.num_replicas, row_offsets, row_kind)
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume: the next ``__iter__`` yields exactly the remaining batches of the saved
-        epoch. Raises ``ValueError`` if ``state`` comes from another configuration, naming both
-        values, or from a plan that filled a small row length's step another way (before NOTE
+    def _refuse_older(self, state: Any, saved: Any, *, current: bool) -> None:
+        """A state from a plan that filled a small row length's step another way (before NOTE
         [ Filling a small row length ], or a rank without a row of its own repeating the whole
-        row): its batches differ."""
-        saved = state.get("config") if isinstance(state, dict) else None
+        row) is refused: its batches differ."""
         if isinstance(saved, dict) and saved.get("num_replicas") != self.num_replicas:
             saved = None  # (the fill version follows the ranks: NOTE [ An epoch boundary on
             # another number of ranks ] in bucketloader.sampler decides, s29-rev)
@@ -549,7 +546,6 @@ class PackSampler(EpochSampler):
                 f"Start that epoch over with sampler.set_epoch({state.get('epoch')!r}), or go "
                 "on with the next one"
             )
-        super().load_state_dict(state)
 
     def __repr__(self) -> str:
         return (

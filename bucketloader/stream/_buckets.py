@@ -313,6 +313,8 @@ class BucketPass(Pass):
         """Hand out the full buffer of ``bucket`` as a batch (the caller checked it is full)."""
         buf = self.bsam[bucket]
         self._count(bucket, len(buf), sum(self.blen[bucket]), self.sizes[bucket])
+        # (its newest sample: NOTE [ A stream state that holds no sample ] in stream._engine)
+        self.anchor = (self.bpos[bucket][-1], 0, self.blen[bucket][-1])
         if self._keep_last:  # what the tail's fill tops up from (a copy: buf is the user's);
             # the samples are paired with their sizes only when the tail needs them (_settle)
             pending = self._pending.get(bucket, [])
@@ -619,6 +621,7 @@ class BucketPass(Pass):
                 self.stats["tail_dropped"] += len(batch)
                 continue
             rows = len(batch)
+            self.anchor = (positions[-1], 0, lens[-1])  # (before a fill adds repeats)
             if policy == "fill":  # (lens, positions: this cell's old lists, no longer shared)
                 self._top_up(i, sizes[i], batch, lens, positions)
                 real = sum(lens)
@@ -687,6 +690,9 @@ class BucketPass(Pass):
         if prepared is None:
             raise RefusedResume(message=f"cannot resume: sample {pos} is now dropped by overflow")
         self._got[pos] = prepared
+
+    def _taken_length(self, pos: int, piece: int) -> int:
+        return int(self._got[pos][2])
 
     def _restore(self, state: dict[str, Any]) -> None:
         got, self._got = self._got, {}

@@ -186,6 +186,9 @@ class Pass:
         #: unknown in a pass resumed from an exact state)
         self.traced = self.checks_lengths
         self.trace: int | None = 0 if self.traced else None
+        #: NOTE [ A stream state that holds no sample ]: the newest sample (piece) the filler
+        #: handed out, as ``(position, piece, length)`` (``None``: none yet)
+        self.anchor: tuple[int, int, int] | None = None
 
     def _note_batch(self, entries: Sequence[Any], old: Container[Any]) -> None:
         """Count a batch that ``last_batch="fill"`` completed, entry by entry (stream
@@ -292,6 +295,11 @@ class Pass:
 
     def _restore(self, state: dict[str, Any]) -> None:
         """Rebuild the filler's buffers from ``state`` and the samples taken back."""
+        raise NotImplementedError
+
+    def _taken_length(self, pos: int, piece: int) -> int:
+        """The length of sample ``pos`` (its ``piece``) as a resume took it back, measured as
+        the pass measured it when it handed it out (:attr:`anchor`)."""
         raise NotImplementedError
 
     def _held_lengths(self) -> tuple[list[int], list[int]]:
@@ -407,7 +415,40 @@ class Pass:
     # -- state ------------------------------------------------------------------------------
     def _held(self) -> list[int]:
         """The stream positions of every sample the state names (read back on resume)."""
-        return self._positions() + self._stand_ins()
+        held = self._positions() + self._stand_ins()
+        anchor = self._anchor_named(held)
+        return held if anchor is None else [anchor[0]]
+
+    def _anchor_named(self, held: list[int]) -> tuple[int, int, int] | None:
+        """NOTE [ A stream state that holds no sample ]
+        The length digest of a state (NOTE [ A stream state over a source without a length ] at
+        :meth:`_check_lengths`) covers the samples it holds. A state can hold none: one bucket
+        and no shuffle buffer, saved right after a batch; a ``PackIterable`` whose rows all
+        closed (``max_documents``). Its digest was of nothing (all zeros), so nothing was
+        compared, and with one sample inserted at the front of the source the resume trained a
+        sample twice, silently (s32-rev: sample 39 of a 4-row batch; document 19 packed). So such
+        a state names instead the newest sample the pass handed out (:attr:`anchor`: the last
+        of its last batch, or of its last row; ``"anchor"``, ``[position, piece]``) and digests
+        its length: the resume reads it back with the rest (it is one of the positions the state
+        holds, so a source's checkpoints cover it too) and compares. It catches what the digest
+        of a held sample catches (a change before it), no more. Where the state holds a sample
+        it names no anchor (its digest is as before), and a state saved without one (before
+        s33, all-zero digest) still resumes unchecked. Only over a source without a length: one
+        with a length is checked at ``load_state_dict``.
+
+        Returns the anchor a state holding the ``held`` positions names; ``None``: it holds
+        some, its source has a length, or nothing was handed out yet."""
+        if held or self.anchor is None or not self.checks_lengths:
+            return None
+        return self.anchor
+
+    def _lengths_digest(self, anchor: tuple[int, int, int] | None) -> str:
+        """The digest of the lengths of what the state names: the samples it holds, or the
+        ``anchor`` alone where it holds none (NOTE [ A stream state that holds no sample ])."""
+        if anchor is None:
+            return lengths_digest(*self._held_lengths())
+        pos, piece, length = anchor
+        return lengths_digest([pos * 65_536 + piece], [length])
 
     def _snapshot(self) -> None:
         """Checkpoint the source at ``read`` (the sample just read, ``read - 1``, is not placed
@@ -417,10 +458,16 @@ class Pass:
 
     def state_dict(self) -> dict[str, Any]:
         """The exact state of this pass (NOTE [ Exact resume of a buffered stream ])."""
+        held: list[int] = []  # built once per state (a loop may take one every step), and
+        anchor = None  # not for a source that seeks and has a length (no digest, no segments)
+        if not self.o.seekable or self.checks_lengths:
+            held = self._positions() + self._stand_ins()
+            anchor = self._anchor_named(held)
+            if anchor is not None:
+                held = [anchor[0]]
         if self.o.seekable:  # NOTE [ Seeking a source ]: positions only, the source seeks
             source: dict[str, Any] = {"position": self.read, "state": None, "seek": True}
         else:
-            held = self._held()  # built once per state (a loop may take one every step)
             pos, src = resume_point(self.snaps, min(held, default=self.read))
             source = {"position": pos, "state": src}
             if self.o.stateful and len(self.snaps) > 1:
@@ -438,7 +485,9 @@ class Pass:
             "stats": dict(self.stats),
         }
         if self.checks_lengths:  # NOTE [ A stream state over a source without a length ]
-            out["lengths"] = lengths_digest(*self._held_lengths())
+            out["lengths"] = self._lengths_digest(anchor)
+            if anchor is not None:  # NOTE [ A stream state that holds no sample ]
+                out["anchor"] = [anchor[0], anchor[1]]
             if self.trace is not None:  # NOTE [ A replay over a source without a length ]
                 out["trace"] = self.trace
         return out
@@ -477,6 +526,8 @@ class Pass:
         start, src_state = int(state["source"]["position"]), state["source"]["state"]
         read = int(state["read"])
         wanted = self._wanted(state)
+        if state.get("anchor") is not None:  # NOTE [ A stream state that holds no sample ]
+            wanted.add(int(state["anchor"][0]))
         # (the batches before the state are not made again: the trace goes on from the state's,
         # unknown where it records none)
         saved = state.get("trace")
@@ -507,6 +558,10 @@ class Pass:
         self.read = int(state["read"])
         self.batches = int(state["batches"])
         self.phase = state["phase"]
+        anchor = state.get("anchor")  # (read back with the held samples: before _restore)
+        if anchor is not None:
+            pos, piece = int(anchor[0]), int(anchor[1])
+            self.anchor = (pos, piece, self._taken_length(pos, piece))
         self._restore(state)
         self._check_lengths(state)
         self._verify(state)
@@ -543,16 +598,22 @@ class Pass:
         saved = state.get("lengths")
         if saved is None:
             return
-        keys, lengths = self._held_lengths()
-        mine = lengths_digest(keys, lengths)
+        anchor = self.anchor if state.get("anchor") is not None else None
+        mine = self._lengths_digest(anchor)
         if mine == saved:
             return
-        raise self._changed_source(
-            state,
-            f"the {len(set(keys)):,} samples its state holds ({self.HELD}), read back at "
-            f"their positions, have other lengths than when it was saved (length digest "
-            f"{mine}, the state's {saved})",
-        )
+        if anchor is not None:
+            what = (
+                f"its state holds no sample, and the last sample it handed out (position "
+                f"{anchor[0]:,}), read back there, has another length than when it was saved"
+            )
+        else:
+            keys = self._held_lengths()[0]
+            what = (
+                f"the {len(set(keys)):,} samples its state holds ({self.HELD}), read back at "
+                "their positions, have other lengths than when it was saved"
+            )
+        raise self._changed_source(state, f"{what} (length digest {mine}, the state's {saved})")
 
     def _changed_source(self, state: dict[str, Any], what: str) -> RefusedResume:
         """The error of a resume over a source that changed since ``state`` was saved (NOTE
@@ -569,8 +630,14 @@ class Pass:
         and resumed over one with a length (checked since s32) is told that too: a source of
         another kind, such as a ``datasets.Dataset`` against its ``.to_iterable_dataset()``,
         which splits itself between DataLoader workers, gives other samples at the same
-        positions even unchanged. Over a source without a length, the text ends with how a
-        source with one would have caught the change sooner."""
+        positions even unchanged. A replay that rotated the lanes (``state["first"] != 0``: the
+        next batch was another worker's than 0's) is told of a source that splits itself by
+        ``get_worker_info()`` without being a torch ``IterableDataset`` (so the stream cannot
+        tell, NOTE [ Who shards the stream across DataLoader workers ] in
+        :mod:`bucketloader.stream.source`): each worker then reads its own share where the
+        resume wants another's, which the same source cannot mend; the text names the two ways
+        that do (s32-rev's L3). Other refusals do not say it. Over a source without a length,
+        the text ends with how a source with one would have caught the change sooner."""
         saved = self.saved_config or {}
         other_kind = checks_lengths(saved) and not self.checks_lengths
         causes = (
@@ -584,10 +651,26 @@ class Pass:
                 "itself between DataLoader workers by shard, and resumed over one with a "
                 "length, such as a datasets.Dataset, read by position)"
             )
+        rotated = int((self.saved_replay or {}).get("first") or 0)
+        if rotated:  # (NOTE [ Worker checkpoints ] in stream.resume: the lanes were rotated)
+            workers = self.worker[1]
+            causes += (
+                ", or a source that splits itself among DataLoader workers by "
+                "torch.utils.data.get_worker_info() without being a torch IterableDataset: "
+                f"this resume starts at worker {rotated}'s batch, so each DataLoader worker "
+                "plays another's part, and such a source gives it its own share instead"
+            )
+            way = (
+                f"For such a source, save the state after a multiple of num_workers={workers} "
+                "batches, or make it a torch.utils.data.IterableDataset (recognised: its "
+                "state_dict then asks for such a count). Else resume"
+            )
+        else:
+            way = "Resume"
         text = (
             f"cannot resume this {self.OWNER} exactly: {what}. The source gives other samples "
             f"than when the state was saved: {causes}, so the resumed epoch would train some "
-            "samples twice and others never. Resume over the same source in the same order "
+            f"samples twice and others never. {way} over the same source in the same order "
             "(seed any random transform by epoch and sample, so a sample reads the same each "
             f"time); {_start_over(epoch)}"
         )

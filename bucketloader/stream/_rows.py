@@ -329,6 +329,8 @@ class RowPass(Pass):
         self.stats["tokens"] += tokens
         if self.trace is not None:  # full rows all read alike: the documents tell them apart
             self._trace_batch(len(take), tokens, [len(samples) for _, samples in take] + sizes)
+        if take:  # its newest row's last document (NOTE [ A stream state that holds no
+            self.anchor = (*take[-1][0][-1], sizes[-1])  # sample ] in stream._engine)
         if self._fills:
             take = self._top_up(take)
             return [s for _, samples in take for s in samples]
@@ -600,6 +602,9 @@ class RowPass(Pass):
                 message=f"cannot resume: document {list(key)} is no longer produced"
             )
         return self._got[key]
+
+    def _taken_length(self, pos: int, piece: int) -> int:
+        return int(self.o.measure(self._sample_of([pos, piece])[0]))  # (as _batch measures)
 
     def _verify(self, state: dict[str, Any]) -> None:
         sample_of = self._sample_of

@@ -555,6 +555,19 @@ def check_state(
                 f"samples it holds, got {digest!r:.120}; pass a dict from {owner}.state_dict(), "
                 "unedited"
             )
+        anchor = state.get("anchor")  # NOTE [ A stream state that holds no sample ]
+        if anchor is not None and not (
+            isinstance(anchor, list)
+            and len(anchor) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in anchor)
+            and 0 <= anchor[0] < state["read"]
+            and anchor[1] >= 0
+        ):
+            raise ValueError(
+                f"state['anchor'] must be [position, piece] of a sample it read (position < "
+                f"state['read']={state['read']}), got {anchor!r:.120}; pass a dict from "
+                f"{owner}.state_dict(), unedited"
+            )
         trace = state.get("trace")  # NOTE [ A replay over a source without a length ]
         if trace is not None and not (
             isinstance(trace, int) and not isinstance(trace, bool) and 0 <= trace < TRACE_MOD
