@@ -420,11 +420,37 @@ def resume_point(snaps: list[tuple[int, Any]], oldest: int) -> tuple[int, Any]:
 
 def reopen(source: Any, worker: tuple[int, int], state: Any) -> Iterator[Any]:
     """The worker's iterator over ``source`` restarted at a checkpoint ``state`` (``None``: from
-    the start of the epoch)."""
+    the start of the epoch).
+
+    A checkpoint is taken right after the worker read a sample of its share (never before the
+    first), so over a source the stream splits round-robin (:func:`open_source`) the source
+    goes on from the sample after that one: the worker's next is ``num - 1`` further, and every
+    ``num``-th after it. (s33: the split was left out here, so a worker resumed from its
+    checkpoint read every sample, and its unchanged resume was refused or, with equal lengths,
+    took the other workers' samples.)
+
+    Example:
+        >>> class Counter:  # checkpoints itself: the samples it has handed out
+        ...     def __init__(self): self.pos, self.start = 0, 0
+        ...     def state_dict(self): return {"pos": self.pos}
+        ...     def load_state_dict(self, state): self.start = state["pos"]
+        ...     def __iter__(self):
+        ...         for i in range(self.start, 10):
+        ...             self.pos = i + 1
+        ...             yield i
+        >>> src = Counter(); it = open_source(src, (1, 3)); [next(it), next(it)]
+        [1, 4]
+        >>> list(reopen(Counter(), (1, 3), src.state_dict()))
+        [7]
+    """
     if state is None:
         return open_source(source, worker)
     source.load_state_dict(state)
-    return forget_after_first(iter(source), source)
+    it = forget_after_first(iter(source), source)
+    num = worker[1]
+    if num > 1 and not self_sharding(source):
+        it = itertools.islice(it, num - 1, None, num)
+    return it
 
 
 def replay(it: Iterator[Any], start: int, stop: int) -> Iterator[tuple[int, Any]]:
