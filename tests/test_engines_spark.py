@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -17,34 +18,57 @@ from tests.conftest import load_real, run_skipped_examples
 pyspark = pytest.importorskip("pyspark")
 
 
-#: The JVM options of the test session, for the test's own Spark in a fresh process too: a
-#: client JIT (C1 only) and the serial collector start the Java process and run a small job on
-#: about two thirds of the CPU of HotSpot's defaults (30 -> 20 CPU-s for
-#: test_cli_engine_spark_says_only_the_error's command, its Java process included). They change
-#: what HotSpot compiles, not what Spark or bucketloader do or print.
+#: The JVM options of the test session: a client JIT (C1 only) and the serial collector start
+#: the Java process and run a small job on about two thirds of the CPU of HotSpot's defaults
+#: (30 -> 20 CPU-s for a fresh `report --engine spark`, its Java process included, s29). They
+#: change what HotSpot compiles, not what Spark or bucketloader do or print.
 JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+#: The module session's settings, given to spark-submit as a user's PYSPARK_SUBMIT_ARGS are.
+SUBMIT_ARGS = (
+    "--master local[2] --conf spark.sql.shuffle.partitions=2 --conf spark.default.parallelism=2"
+    " --conf spark.ui.enabled=false --conf spark.sql.adaptive.enabled=false"
+    f" --driver-java-options '{JAVA_OPTIONS}' pyspark-shell"
+)
+
+#: What this process's standard error (file descriptor 2) received while the module session's
+#: Java process started, and since (its own standard error, if the CLI left it this one): read
+#: by test_cli_engine_spark_says_only_the_error, which must find nothing there.
+LAUNCH_STDERR: dict = {}
 
 
 @pytest.fixture(scope="module")
 def spark():
-    from pyspark.sql import SparkSession
+    """The module's session, started as the CLI starts one (``cli.engines._spark_session``, NOTE
+    [ A quiet Spark session ]): one Java process for the module, the CLI's tests included (the
+    quiet command's own, in a fresh interpreter, cost the file 11 of its 62 CPU-s, s33)."""
+    import tempfile
+
+    import pyspark.sql
+
+    from bucketloader.cli.engines import _spark_session
 
     # a SparkContext takes over SIGINT; its handler outlives stop() and, when the xdist worker
     # is interrupted at shutdown, raises a KeyboardInterrupt from a dead context: give it back
     previous = signal.getsignal(signal.SIGINT)
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("bucketloader-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.driver.extraJavaOptions", JAVA_OPTIONS)
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("OFF")
+    seen = tempfile.TemporaryFile(prefix="spark-launch-stderr-")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("PYSPARK_SUBMIT_ARGS", SUBMIT_ARGS)
+            mp.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+            os.dup2(seen.fileno(), 2)
+            session = _spark_session(pyspark.sql)
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+    LAUNCH_STDERR["file"] = seen
     yield session
     session.stop()
+    seen.close()
     signal.signal(signal.SIGINT, previous)
 
 
@@ -501,44 +525,50 @@ def test_cli_engine_spark_names_a_session_that_cannot_start(tmp_path, monkeypatc
     assert "Java 17 or later" in err and "JAVA_HOME='/nonexistent'" in err and "master" not in err
 
 
-def test_cli_engine_spark_says_only_the_error(tmp_path):
+def test_cli_engine_spark_says_only_the_error(spark, tmp_path, capfd):
     """s28: `report --engine spark` on a bad input (int64 lengths in one shard, strings in
     another) printed Java's start-up lines, log4j warnings, progress bars and each failed
     task's Java stack trace (103 lines) before its one-line error; now stderr is that line
-    (NOTE [ A quiet Spark session ]). No Java at JAVA_HOME: the launch script's own line is in
-    the error (it went to the quiet session's log)."""
-    import os
+    (NOTE [ A quiet Spark session ]). The module's session was started by the CLI's own
+    ``_spark_session``: Java's process has written nothing to this process's stderr, at its
+    start or in the failed job. No Java at JAVA_HOME (a fresh ``python -m bucketloader.cli``):
+    the launch script's own line is in the error (it went to the quiet session's log)."""
     import subprocess
 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from bucketloader.cli.main import main
+
     pq.write_table(pa.table({"n": [3, 4]}), tmp_path / "a.parquet")
     pq.write_table(pa.table({"n": ["x", "yy"]}), tmp_path / "b.parquet")
-    argv = [sys.executable, "-m", "bucketloader.cli", "report", str(tmp_path), "--column", "n"]
-    submit = f"--master local[2] --driver-java-options '{JAVA_OPTIONS}' pyspark-shell"
-    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": submit}
-    # the two commands at once (the second starts no Java: it ends in its launch script)
-    runs = [
-        subprocess.Popen(
-            [*argv, "--engine", "spark"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env={**env, **more},
-        )
-        for more in ({}, {"JAVA_HOME": str(tmp_path / "no-java")})
-    ]  # fmt: skip
+    argv = ["report", str(tmp_path), "--column", "n", "--engine", "spark"]
+    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": SUBMIT_ARGS}
+    env = {k: v for k, v in env.items() if k != "PYSPARK_GATEWAY_PORT"}
+    env["JAVA_HOME"] = str(tmp_path / "no-java")
+    # (a fresh process: it starts no Java, its launch script ends first; beside the job below)
+    no_java = subprocess.Popen(
+        [sys.executable, "-m", "bucketloader.cli", *argv], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
     try:
-        (_, err), (_, no_java) = (run.communicate(timeout=300) for run in runs)
+        capfd.readouterr()
+        assert main(argv) == 2
+        err = capfd.readouterr().err
+        _, no_java_err = no_java.communicate(timeout=300)
     finally:
-        for run in runs:
-            run.kill()
-            run.wait()
-    assert runs[0].returncode == 2, err
+        no_java.kill()
+        no_java.wait()
     lines = err.splitlines()
     assert len(lines) == 1, err[-3000:]
     assert lines[0].startswith("bucketloader: error: ") and "b.parquet: column 'n'" in lines[0]
     assert "\tat org.apache" not in err and "WARN" not in err
-    assert runs[1].returncode == 2 and len(no_java.splitlines()) == 1, no_java
-    assert "it said: " in no_java and "no-java/bin/java" in no_java, no_java
+    launch = LAUNCH_STDERR["file"]
+    launch.seek(0)
+    java = launch.read().decode(errors="replace")
+    assert java == "", java[-3000:]  # (Java's start-up lines, WARN, "\tat org.apache" traces)
+    assert no_java.returncode == 2 and len(no_java_err.splitlines()) == 1, no_java_err
+    assert "it said: " in no_java_err and "no-java/bin/java" in no_java_err, no_java_err
 
 
 def test_cli_joint_precompute_of_shards_on_spark(spark, tmp_path, capsys):

@@ -6,6 +6,7 @@ import gc
 import inspect
 import json
 import logging
+import signal
 import warnings
 
 import numpy as np
@@ -302,12 +303,18 @@ def test_a_batch_that_raised_is_used_up_and_a_later_state_repeats_nothing(worker
 
 def test_a_dead_worker_does_not_count_the_batch_it_never_made():
     sampler = BucketSampler(LENGTHS, **OPTIONS)
-    loader = sampler.dataloader(list(range(N)), num_workers=2, collate_fn=collate, timeout=5)
+    # (torch notices the dead workers when its queue stays empty for ``timeout`` seconds: it
+    # raises "DataLoader worker ... exited unexpectedly", as at 5 s, which the test waited)
+    loader = sampler.dataloader(list(range(N)), num_workers=2, collate_fn=collate, timeout=1)
     it = iter(loader)
     got = [next(it) for _ in range(2)]
+    # (torch's SIGCHLD handler raises "is killed by signal" wherever it runs: between a kill
+    # and the join that reaps the worker, out here (1 run of 23); the loop below is the place)
+    handler = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for worker in it._inner._workers:
         worker.kill()
         worker.join()
+    signal.signal(signal.SIGCHLD, handler)
     with pytest.raises(RuntimeError, match="DataLoader worker"):
         while True:  # (the batches already made may still come)
             got.append(next(it))
