@@ -106,7 +106,9 @@ def test_torch_compile_true_makes_one_static_graph_per_planned_shape(tmp_path, f
     assert model._compiled_call_impl is not None  # compiled in place, not by accelerate
     trainer.train()
     used = {s for training, s in shapes.seen if training}
-    assert len(used) >= 2  # at least two shapes, so a dynamic graph would have shown
+    # at least three shapes: a dynamic compile makes one static graph, then one dynamic graph
+    # at the second shape, so two graphs for two shapes would not show it
+    assert len(used) >= 3
     assert used <= set(trainer.bucketing.sampler.shapes)
     assert _graphs() == len(used)  # one static graph per shape: no dynamic (symbolic) graph
     assert not torch._dynamo.utils.counters["graph_break"]
