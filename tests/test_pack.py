@@ -7,6 +7,7 @@ import json
 import os
 import re
 import sys
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -971,6 +972,33 @@ def test_a_sliding_window_mask_derived_from_the_document_mask_is_the_one_built_a
         sliding_window_mask(full, 0)
     with pytest.raises(ValueError, match=r"mask must be a \(\.\.\., L, L\) tensor .*\(2, 3\)"):
         sliding_window_mask(torch.ones(2, 3, dtype=torch.bool), 2)
+
+
+def test_flex_masks_take_the_window_of_document_mask():
+    """document_mask_mod / document_block_mask(window=w) are document_mask(window=w)'s band:
+    without ``window`` a sliding-window model under flex_attention attended to whole documents
+    (a tiny Mistral with sliding_window=4: logits 0.19 off each document alone, s33-user)."""
+    ids = torch.tensor([[0, 0, 0, 0, 0, 1, 1, 1], [2, 2, 2, 2, 2, 2, 2, -1]])
+    b, q, k = torch.meshgrid(torch.arange(2), torch.arange(8), torch.arange(8), indexing="ij")
+    for window in (1, 3, 9):
+        for causal in (True, False):
+            dense = document_mask(ids, causal=causal, window=window)[:, 0]
+            assert torch.equal(
+                document_mask_mod(ids, causal=causal, window=window)(b, 0, q, k), dense
+            )
+    with pytest.raises(ValueError, match=r"window must be an int >= 1, got window=0"):
+        document_mask_mod(ids, window=0)
+    flex = pytest.importorskip("torch.nn.attention.flex_attention", reason="torch < 2.5")
+    torch.manual_seed(0)
+    qkv = [torch.randn(2, 2, 8, 4) for _ in range(3)]
+    block = document_block_mask(ids, block_size=4, window=3)
+    with warnings.catch_warnings():  # (torch warns once a process: unfused without compile)
+        warnings.simplefilter("ignore", UserWarning)
+        got = flex.flex_attention(*qkv, block_mask=block)
+    want = torch.nn.functional.scaled_dot_product_attention(
+        *qkv, attn_mask=document_mask(ids, window=3)
+    )
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
 
 
 def test_block_mask_names_the_torch_it_needs(monkeypatch):
