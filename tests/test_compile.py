@@ -918,7 +918,16 @@ def test_recommender_charges_warm_costs_for_compiled_shapes():
             "collate_fn=loader.collate_fn",
         ),
         (lambda s: precompile(print, s), ValueError, "example must be a real sample"),
-        (lambda s: precompile(print, s, example=[1], restore=[3]), TypeError, "restore must"),
+        (
+            lambda s: precompile(print, s, example=[1], restore=[3]),
+            TypeError,
+            "restore must .* got int at position 0$",
+        ),
+        (  # one object, not in a list: no position named (s33-user)
+            lambda s: precompile(print, s, example=[1], restore=3),
+            TypeError,
+            r"restore must .*\(one, or a list of them\), got int$",
+        ),
         (lambda s: precompile(print, s, example=[1], cache=3), TypeError, "cache must be"),
         (lambda s: precompile(print, s, example=[1], progress=1), TypeError, "progress must"),
         (lambda s: precompile(print, s, example=[1], device="nope"), ValueError, "device must"),

@@ -401,7 +401,8 @@ def reported(objects: list[Any]) -> list[Any]:
 
 def check_restorable(objects: Any) -> list[Any]:
     """``restore=`` as a list of modules, optimizers and objects with state_dict/load_state_dict."""
-    items = [objects] if not isinstance(objects, (list, tuple)) else list(objects)
+    listed = isinstance(objects, (list, tuple))
+    items = list(objects) if listed else [objects]
     out = []
     for pos, obj in enumerate(items):
         if isinstance(obj, torch.nn.Module):
@@ -412,7 +413,8 @@ def check_restorable(objects: Any) -> list[Any]:
         else:
             raise TypeError(
                 f"restore must list modules, optimizers, random generators and objects with "
-                f"state_dict() and load_state_dict(), got {type(obj).__name__} at position {pos}"
+                f"state_dict() and load_state_dict() (one, or a list of them), got "
+                f"{type(obj).__name__}" + (f" at position {pos}" if listed else "")
             )
     return out
 
