@@ -501,13 +501,31 @@ def table(folder: Path, records: list[Path], out: Path, command: str) -> None:
         "# Joint plans: the integer program in SCIP and CP-SAT (GSM8K, coarsened)",
         "",
         f"{command} on {platform.machine()}, {os.cpu_count()} CPUs (shared), Python "
-        f"{platform.python_version()}.",
+        f"{platform.python_version()}; one process per line, two at a time (a SCIP and a "
+        "CP-SAT), on a machine other sessions loaded too (*load*: the 1-minute load average at "
+        "the end; *CPU s*: the seconds the process got, where recorded). **Offline**: "
+        "minutes past any time limit. GSM8K's lengths rounded up to multiples of *s* tokens "
+        "(case *s:size:K*); padding in units of *s* tokens, as in `joint_gap.md`. *5 s plan*: "
+        "`solve_joint(time_limit=5)` of this run, every solver's start, and its certified "
+        "bound. *LP*: the LP relaxation's value (`joint_gap.md`). *model*: `pairs` (HiGHS's "
+        "model) or `chain` (one literal per pair), `fixed`: only the pairs the explicit LP's "
+        "duals leave against the 5 s plan (HiGHS's model in `joint_gap.md`; no start). "
+        "*bound*: the solver's dual bound on every plan's padding (for a fixed model, the "
+        "lesser of it and the 5 s plan), *proved* where it meets its plan; SCIP's at or below "
+        "0 is the trivial bound (its root LP had not finished). *best plan*: the solver's best "
+        "plan, re-priced from the arrays. *HiGHS*: the optimum or bracket `joint_gap.md` / "
+        "`joint_benders.md` reached (load 4-14).",
         "",
         "| case | rows (pairs) | 5 s plan (its bound) | LP | solver | model | status | bound "
         "| best plan | vs 5 s plan | wall s (CPU s) | nodes | memory (MB) | load | HiGHS |",
         "|---|---:|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for r in recs:
+
+    def order(r: dict) -> tuple:
+        s, size, k = _case_name(r["case"])
+        return (-s, size, k, bool(r.get("fixed")), r["form"], r["solver"])
+
+    for r in sorted(recs, key=order):
         fixed = bool(r.get("fixed"))
         model = _load(folder, r["case"], fixed)
         plan5 = model["plan_padding"]
