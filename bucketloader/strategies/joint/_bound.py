@@ -348,6 +348,25 @@ thousand such cuts and took 12-121 s, and after 5 rounds (378 s) the LP stood at
 stalled (the cuts found violated were already in the master: presumably violated within
 HiGHS's tolerances; its status was not logged). Not used by :func:`lagrangian` or
 :func:`lp_bound`, and not proposed for the solve.
+
+NOTE [ Other solvers, measured ]
+Two other solver families on the same integer program (session 33, offline:
+``benchmarks/joint_external.py``, ``benchmarks/results/joint_external.md``; neither is a
+dependency): SCIP 10 (PySCIPOpt, one thread, defaults) and OR-Tools CP-SAT 9.15 (2 workers;
+its ``max_lp`` worker, since at 2 workers the default portfolio's LP lacks the clauses and
+its bound stayed near 0), on the coarsened GSM8K of NOTE [ The integrality gap, measured ],
+with the 5 s plan as start, the whole model or the one the explicit LP fixes against the
+5 s plan. On a machine at load 6-17 (each process got 6-25 % of a core: CPU seconds are in
+the table): both prove s = 16 prod K = 8 (41,196, as HiGHS, above every bound we certify) in
+10-46 s, HiGHS 0-2 s; neither proves s = 8 prod K = 8 (HiGHS: 87 s at load 4) in 150-300 s,
+nor either s = 6 prod case in 540 s. CP-SAT's bound stays at the LP's value (its clause
+learning adds nothing measurable); SCIP's root LP (SoPlex) did not finish on the whole models
+(46-124 thousand pairs) nor on the fixed s = 6 ones, and on the fixed s = 8 model its root
+cuts lifted the LP by 0.15 % where the optimum is 2.1 % above it. Neither found a plan below
+the 5 s plan it started from. The real
+histograms (29.6 million pairs) were not run: both took 6-8 KB per covering pair at s = 6
+(775-934 MB for 124 thousand), about 200 GB for the real model. So no solver family measured
+here certifies the three cases, and none is proposed for the solve.
 """
 
 from __future__ import annotations
