@@ -744,20 +744,16 @@ _GQA = dict(
 _MHA = {k: v for k, v in _GQA.items() if k != "num_key_value_heads"}
 _SLIDE = dict(sliding_window=2, layer_types=["sliding_attention", "full_attention"])
 _ROBERTA = dict(_MHA, pad_token_id=1)
-#: name: (model class, config class, config, the rows' options: masked-LM, window, start)
+#: name: (model class, config class, config, the rows' options: masked-LM, window, start); one
+#: of each kind the probe meets: causal GQA, a window on every layer, a window per layer type,
+#: a start of 2, bidirectional, bidirectional with local layers (s33-zero3 compared 22
+#: architectures by hand, sdpa and eager: Gemma 3, Qwen2, GPT-2, OPT, decoder BERT ... agreed too;
+#: the suite keeps these six for its time)
 _ARCHITECTURES = {
     "llama": ("LlamaForCausalLM", "LlamaConfig", dict(_GQA), {}),
     "mistral": ("MistralForCausalLM", "MistralConfig", dict(_GQA, sliding_window=2), {}),
     "gemma2": ("Gemma2ForCausalLM", "Gemma2Config", dict(_GQA, head_dim=16, **_SLIDE),
                {"window": 2}),
-    "gemma3": ("Gemma3ForCausalLM", "Gemma3TextConfig", dict(_GQA, head_dim=16, **_SLIDE),
-               {"window": 2}),
-    "qwen2": ("Qwen2ForCausalLM", "Qwen2Config", dict(_GQA, use_sliding_window=True,
-              sliding_window=2, max_window_layers=1), {"window": 2}),
-    "gpt2": ("GPT2LMHeadModel", "GPT2Config", dict(vocab_size=1000, n_embd=64, n_head=4,
-             n_positions=128), {}),
-    "opt": ("OPTForCausalLM", "OPTConfig", dict(_MHA, ffn_dim=128), {}),
-    "bert": ("BertLMHeadModel", "BertConfig", dict(_MHA, is_decoder=True), {}),
     "roberta": ("RobertaForCausalLM", "RobertaConfig", dict(_ROBERTA, is_decoder=True),
                 {"start": 2}),
     "bert-mlm": ("BertForMaskedLM", "BertConfig", dict(_MHA), {"mlm": True}),
