@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from torch.utils.data import DataLoader, get_worker_info
 
+from bucketloader.plan import DataLossWarning
 from bucketloader.stream import BucketIterable, PackIterable
 from bucketloader.stream.counters import RefusedResume
 
@@ -679,3 +680,28 @@ def test_a_replay_refused_after_rotated_lanes_names_a_source_that_shards_itself(
     with pytest.raises(ValueError, match=REPLAYED) as err:
         list(_loader(changed))
     assert "get_worker_info" not in str(err.value)
+
+
+def test_a_state_saved_after_a_dropped_tail_names_an_anchor_it_can_resume_at():
+    # s33-tidyB: the last batch handed out (its anchor, sample 7) came before a run of samples
+    # left out by overflow; the snapshot taken while the tail (samples 250-252) was buffered
+    # trimmed every one before sample 7, and once last_batch="drop" emptied the buffers,
+    # state_dict() at the end of the epoch failed (max() of an empty sequence)
+    lengths = list(range(1, 9)) + [100] * 242 + [5] * 3 + [100] * 67
+
+    def make(lengths):
+        return _one_bucket(Checkpointed(lengths), overflow="drop", last_batch="drop")
+
+    stream = make(lengths)
+    with pytest.warns(DataLossWarning):
+        assert _ids(stream) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    state = json.loads(json.dumps(stream.state_dict()))
+    assert state["phase"] == "done" and state["anchor"] == [7, 0]
+    assert state["source"]["position"] <= 7  # (the source restarts at or before its anchor)
+    again = make(lengths)
+    again.load_state_dict(state)
+    assert _ids(again) == []
+    inserted = make([9, *lengths])  # (sample 7 read back there has length 7, not 8)
+    inserted.load_state_dict(state)
+    with pytest.raises(ValueError, match=ANCHORED):
+        list(inserted)

@@ -454,7 +454,12 @@ class Pass:
         """Checkpoint the source at ``read`` (the sample just read, ``read - 1``, is not placed
         yet: it counts as held), keeping only the checkpoints a resume needs."""
         self.snaps.append((self.read, checkpoint(self.o.source)))
-        trim_snapshots(self.snaps, [*self._held(), self.read - 1])
+        held = [*self._held(), self.read - 1]
+        if self.anchor is not None and self.checks_lengths:  # a later state may name it (NOTE
+            # [ A stream state that holds no sample ]) once a tail's drop empties its buffers,
+            # after the snapshots before it were trimmed (s33-tidyB: state_dict() failed there)
+            held.append(self.anchor[0])
+        trim_snapshots(self.snaps, held)
 
     def state_dict(self) -> dict[str, Any]:
         """The exact state of this pass (NOTE [ Exact resume of a buffered stream ])."""
