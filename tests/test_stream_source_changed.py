@@ -26,7 +26,7 @@ LENGTHS = np.random.default_rng(0).integers(1, 60, 600).tolist()
 CHANGED = "read back at their positions, have other lengths than when it was saved"
 REPLAYED = "batches of other sizes than the saved run"
 #: A state that holds no sample: its anchor (NOTE [ A stream state that holds no sample ]).
-ANCHORED = "its state holds no sample, and the last sample it handed out"
+ANCHORED = "its state holds no sample, and the newest sample it handed out"
 #: The source with its last sample moved to the front: every position names another sample,
 #: and the lengths' histogram (a split stream's schedule) is the same.
 MOVED = [LENGTHS[-1], *LENGTHS[:-1]]
@@ -702,6 +702,41 @@ def test_a_state_saved_after_a_dropped_tail_names_an_anchor_it_can_resume_at():
     again.load_state_dict(state)
     assert _ids(again) == []
     inserted = make([9, *lengths])  # (sample 7 read back there has length 7, not 8)
+    inserted.load_state_dict(state)
+    with pytest.raises(ValueError, match=ANCHORED):
+        list(inserted)
+
+
+class Docs:
+    """No ``__len__``; each document carries its own id (so a shifted one is still itself)."""
+
+    def __init__(self, docs):
+        self.docs = docs
+
+    def __iter__(self):
+        for i, n in self.docs:
+            yield {"input_ids": [1] * n, "id": i}
+
+
+def test_a_packing_state_that_holds_no_sample_names_the_newest_document_it_handed_out():
+    # s33-tidyB: rows close out of read order (row 0's document 0 closes stale after the rows
+    # of documents 1-4), so the last batch's row held document 0 alone; the state named it,
+    # and a document inserted before document 4 (handed out) resumed silently: document 4 was
+    # read again at position 5 and trained twice
+    docs = list(enumerate([10] + [64] * 20 + [5] * 30))
+
+    def make(docs):
+        return PackIterable(
+            Docs(docs), length_fn="input_ids", row_length=64, batch_size=1, open_rows=2
+        )
+
+    head, state = _head(make(docs), 5)
+    assert head == [[1], [2], [3], [4], [0]] and state["open"] == state["ready"] == []
+    assert state["anchor"] == [4, 0]  # (was [0, 0]: the last batch's document)
+    again = make(docs)
+    again.load_state_dict(state)
+    assert head + _ids(again) == _ids(make(docs))
+    inserted = make([*docs[:4], ("new", 30), *docs[4:]])
     inserted.load_state_dict(state)
     with pytest.raises(ValueError, match=ANCHORED):
         list(inserted)

@@ -428,7 +428,9 @@ class Pass:
         compared, and with one sample inserted at the front of the source the resume trained a
         sample twice, silently (s32-rev: sample 39 of a 4-row batch; document 19 packed). So such
         a state names instead the newest sample the pass handed out (:attr:`anchor`: the last
-        of its last batch, or of its last row; ``"anchor"``, ``[position, piece]``) and digests
+        of its last batch; a packing pass's newest document by position since its start or
+        resume, as rows close out of read order, s33-tidyB; ``"anchor"``, ``[position, piece]``)
+        and digests
         its length: the resume reads it back with the rest (it is one of the positions the state
         holds, so a source's checkpoints cover it too) and compares. It catches what the digest
         of a held sample catches (a change before it), no more. Where the state holds a sample
@@ -609,7 +611,7 @@ class Pass:
             return
         if anchor is not None:
             what = (
-                f"its state holds no sample, and the last sample it handed out (position "
+                f"its state holds no sample, and the newest sample it handed out (position "
                 f"{anchor[0]:,}), read back there, has another length than when it was saved"
             )
         else:
