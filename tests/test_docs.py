@@ -338,3 +338,21 @@ def test_the_file_list_of_an_untracked_copy_inside_another_checkout_is_its_files
     (root / "docs").mkdir(parents=True)
     (root / "docs" / "page.md").write_text("A page.\n")
     assert _repository_files(root) == [root / "docs" / "page.md"]
+
+
+def test_the_streams_page_quotes_the_lengths_digest_cost_of_its_results_file():
+    """docs/streams.md's cost of the lengths digest (per held count) is the "digest alone" of
+    benchmarks/results/stream_state_cost.md: s33's rerun made them 45 and 709 us, and the page
+    still said 34 and 697 (s33-tidyB). The benchmarks page's figure check does not read it."""
+    text = " ".join((DOCS / "streams.md").read_text(encoding="utf-8").split())
+    quoted = re.search(r"\((\d+) us for ([\d,]+) held samples, ([\d,]+) us for ([\d,]+),", text)
+    assert quoted, "the cost sentence of docs/streams.md moved: update this test"
+    results = (ROOT / "benchmarks" / "results" / "stream_state_cost.md").read_text("utf-8")
+    alone = {  # held -> the digest alone (us), from the first table's rows
+        m[1]: m[2]
+        for m in re.finditer(
+            r"^\| [^|]+ \| ([\d,]+) \| [\d,]+ \| [\d,]+ \| ([\d,]+) \|", results, re.M
+        )
+    }
+    us1, held1, us2, held2 = quoted.groups()
+    assert (alone.get(held1), alone.get(held2)) == (us1, us2), alone

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from torch.utils.data import DataLoader, get_worker_info
 
+from bucketloader.plan import DataLossWarning
 from bucketloader.stream import BucketIterable, PackIterable
 from bucketloader.stream.counters import RefusedResume
 
@@ -25,7 +26,7 @@ LENGTHS = np.random.default_rng(0).integers(1, 60, 600).tolist()
 CHANGED = "read back at their positions, have other lengths than when it was saved"
 REPLAYED = "batches of other sizes than the saved run"
 #: A state that holds no sample: its anchor (NOTE [ A stream state that holds no sample ]).
-ANCHORED = "its state holds no sample, and the last sample it handed out"
+ANCHORED = "its state holds no sample, and the newest sample it handed out"
 #: The source with its last sample moved to the front: every position names another sample,
 #: and the lengths' histogram (a split stream's schedule) is the same.
 MOVED = [LENGTHS[-1], *LENGTHS[:-1]]
@@ -679,3 +680,63 @@ def test_a_replay_refused_after_rotated_lanes_names_a_source_that_shards_itself(
     with pytest.raises(ValueError, match=REPLAYED) as err:
         list(_loader(changed))
     assert "get_worker_info" not in str(err.value)
+
+
+def test_a_state_saved_after_a_dropped_tail_names_an_anchor_it_can_resume_at():
+    # s33-tidyB: the last batch handed out (its anchor, sample 7) came before a run of samples
+    # left out by overflow; the snapshot taken while the tail (samples 250-252) was buffered
+    # trimmed every one before sample 7, and once last_batch="drop" emptied the buffers,
+    # state_dict() at the end of the epoch failed (max() of an empty sequence)
+    lengths = list(range(1, 9)) + [100] * 242 + [5] * 3 + [100] * 67
+
+    def make(lengths):
+        return _one_bucket(Checkpointed(lengths), overflow="drop", last_batch="drop")
+
+    stream = make(lengths)
+    with pytest.warns(DataLossWarning):
+        assert _ids(stream) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    state = json.loads(json.dumps(stream.state_dict()))
+    assert state["phase"] == "done" and state["anchor"] == [7, 0]
+    assert state["source"]["position"] <= 7  # (the source restarts at or before its anchor)
+    again = make(lengths)
+    again.load_state_dict(state)
+    assert _ids(again) == []
+    inserted = make([9, *lengths])  # (sample 7 read back there has length 7, not 8)
+    inserted.load_state_dict(state)
+    with pytest.raises(ValueError, match=ANCHORED):
+        list(inserted)
+
+
+class Docs:
+    """No ``__len__``; each document carries its own id (so a shifted one is still itself)."""
+
+    def __init__(self, docs):
+        self.docs = docs
+
+    def __iter__(self):
+        for i, n in self.docs:
+            yield {"input_ids": [1] * n, "id": i}
+
+
+def test_a_packing_state_that_holds_no_sample_names_the_newest_document_it_handed_out():
+    # s33-tidyB: rows close out of read order (row 0's document 0 closes stale after the rows
+    # of documents 1-4), so the last batch's row held document 0 alone; the state named it,
+    # and a document inserted before document 4 (handed out) resumed silently: document 4 was
+    # read again at position 5 and trained twice
+    docs = list(enumerate([10] + [64] * 20 + [5] * 30))
+
+    def make(docs):
+        return PackIterable(
+            Docs(docs), length_fn="input_ids", row_length=64, batch_size=1, open_rows=2
+        )
+
+    head, state = _head(make(docs), 5)
+    assert head == [[1], [2], [3], [4], [0]] and state["open"] == state["ready"] == []
+    assert state["anchor"] == [4, 0]  # (was [0, 0]: the last batch's document)
+    again = make(docs)
+    again.load_state_dict(state)
+    assert head + _ids(again) == _ids(make(docs))
+    inserted = make([*docs[:4], ("new", 30), *docs[4:]])
+    inserted.load_state_dict(state)
+    with pytest.raises(ValueError, match=ANCHORED):
+        list(inserted)

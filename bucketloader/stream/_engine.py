@@ -428,7 +428,9 @@ class Pass:
         compared, and with one sample inserted at the front of the source the resume trained a
         sample twice, silently (s32-rev: sample 39 of a 4-row batch; document 19 packed). So such
         a state names instead the newest sample the pass handed out (:attr:`anchor`: the last
-        of its last batch, or of its last row; ``"anchor"``, ``[position, piece]``) and digests
+        of its last batch; a packing pass's newest document by position since its start or
+        resume, as rows close out of read order, s33-tidyB; ``"anchor"``, ``[position, piece]``)
+        and digests
         its length: the resume reads it back with the rest (it is one of the positions the state
         holds, so a source's checkpoints cover it too) and compares. It catches what the digest
         of a held sample catches (a change before it), no more. Where the state holds a sample
@@ -454,7 +456,12 @@ class Pass:
         """Checkpoint the source at ``read`` (the sample just read, ``read - 1``, is not placed
         yet: it counts as held), keeping only the checkpoints a resume needs."""
         self.snaps.append((self.read, checkpoint(self.o.source)))
-        trim_snapshots(self.snaps, [*self._held(), self.read - 1])
+        held = [*self._held(), self.read - 1]
+        if self.anchor is not None and self.checks_lengths:  # a later state may name it (NOTE
+            # [ A stream state that holds no sample ]) once a tail's drop empties its buffers,
+            # after the snapshots before it were trimmed (s33-tidyB: state_dict() failed there)
+            held.append(self.anchor[0])
+        trim_snapshots(self.snaps, held)
 
     def state_dict(self) -> dict[str, Any]:
         """The exact state of this pass (NOTE [ Exact resume of a buffered stream ])."""
@@ -604,7 +611,7 @@ class Pass:
             return
         if anchor is not None:
             what = (
-                f"its state holds no sample, and the last sample it handed out (position "
+                f"its state holds no sample, and the newest sample it handed out (position "
                 f"{anchor[0]:,}), read back there, has another length than when it was saved"
             )
         else:

@@ -197,6 +197,11 @@ _NUMBERS = frozenset(
 )
 
 
+def _newest_item(row: tuple[list[tuple[int, int]], list[Any]]) -> tuple[int, int]:
+    """A closed row's newest document piece, ``(position, piece)``: its last (placed in order)."""
+    return row[0][-1]
+
+
 class RowPass(Pass):
     """Open rows and closed rows of one pass; :meth:`run` is the generator of batches."""
 
@@ -329,8 +334,16 @@ class RowPass(Pass):
         self.stats["tokens"] += tokens
         if self.trace is not None:  # full rows all read alike: the documents tell them apart
             self._trace_batch(len(take), tokens, [len(samples) for _, samples in take] + sizes)
-        if take:  # its newest row's last document (NOTE [ A stream state that holds no
-            self.anchor = (*take[-1][0][-1], sizes[-1])  # sample ] in stream._engine)
+        if take and self.traced:  # NOTE [ A stream state that holds no sample ] in
+            # stream._engine (over a source without a length, as the trace): the newest document
+            # handed out, by position. Rows close out of read order (a stale row after the row
+            # of the document just read): the last batch's last document was the anchor, and a
+            # document inserted after it resumed silently, trained twice (s33-tidyB). A row's
+            # last document is its newest.
+            row = max(take, key=_newest_item)
+            item = row[0][-1]
+            if self.anchor is None or item > self.anchor[:2]:
+                self.anchor = (*item, self.o.measure(row[1][-1]))
         if self._fills:
             take = self._top_up(take)
             return [s for _, samples in take for s in samples]
