@@ -737,6 +737,42 @@ def test_a_model_no_rank_can_read_is_probed_through_a_small_copy(tmp_path):
         hf.BucketTrainer(model=_meta(Mine), args=_in_place_args(tmp_path), bucketing=packed)
 
 
+def test_a_copy_whose_pass_fails_is_said_not_checked_for_that(tmp_path, monkeypatch):
+    """s33-tidyA: where the small copy of a model no rank can read was made but its pass
+    failed, the warning said the packing was not checked, "(no forward pass could be made:
+    measured on a small copy of its architecture with random weights: its parameters are on
+    the meta device, whose pass failed)": a measurement that was not made, and the failure
+    tied to the meta device. It names the reason the model was not probed and the copy's
+    failed pass."""
+    from bucketloader.hf import trainer as trainer_module
+
+    made = trainer_module._stand_in
+
+    def failing(model):  # (a copy whose forward pass raises, as one on a CPU may)
+        stand, why = made(model)
+
+        def forward(*args, **kwargs):
+            raise RuntimeError("no kernel for this device")
+
+        stand.forward = forward
+        return stand, why
+
+    monkeypatch.setattr(trainer_module, "_stand_in", failing)
+    packed = hf.for_packing(_short_dataset(), pad_token_id=0, row_length=32, batch_size=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hf.BucketTrainer(
+            model=_meta(lambda: _model("sdpa")), args=_in_place_args(tmp_path), bucketing=packed
+        )
+    said = [str(w.message) for w in caught if "was not checked" in str(w.message)]
+    assert len(said) == 1, [str(w.message) for w in caught]
+    assert (
+        "(no forward pass could be made: its parameters are on the meta device, and the pass "
+        "of a small copy of it failed)" in said[0]
+    ), said[0]
+    assert "measured on" not in said[0]
+
+
 _GQA = dict(
     vocab_size=1000, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
     intermediate_size=128, max_position_embeddings=128, pad_token_id=0,

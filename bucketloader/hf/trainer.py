@@ -591,7 +591,10 @@ class _BucketMixin:
 
         leak = leaks(collate.attention)
         if leak is None and on_copy:  # (the copy's own pass failed: not checked, said)
-            _warn_unchecked(f"{owner}: {name}", argument, f"{on_copy}, whose pass failed")
+            # (s33-tidyA: said "measured on a small copy ...: <why>, whose pass failed", of a
+            # check that measured nothing, the failure tied to the model's partitions)
+            failed = f"{_unreadable(self.model)}, and the pass of a small copy of it failed"
+            _warn_unchecked(f"{owner}: {name}", argument, failed)
         if not leak:  # (kept apart, or no pass could be made on any rank)
             if moved:
                 raise ValueError(
