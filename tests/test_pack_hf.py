@@ -800,7 +800,39 @@ _ARCHITECTURES = {
     "modernbert-mlm": ("ModernBertForMaskedLM", "ModernBertConfig", dict(_MHA,
                        num_hidden_layers=3, local_attention=4, global_attn_every_n_layers=3),
                        {"mlm": True, "window": 2}),
+    # (mixtures of experts, whose copy's experts share one feed-forward's units: s33-tidyA)
+    "qwen3-moe": ("Qwen3MoeForCausalLM", "Qwen3MoeConfig", dict(_GQA, num_experts=8,
+                  num_experts_per_tok=2, moe_intermediate_size=32), {}),
+    "mixtral": ("MixtralForCausalLM", "MixtralConfig", dict(_GQA, num_local_experts=4,
+                num_experts_per_tok=2), {}),
 }  # fmt: skip
+
+
+def test_the_small_copy_of_a_mixture_of_experts_stays_small():
+    """s33-tidyA: the stand-in kept every expert with a feed-forward of twice its hidden size,
+    so a Qwen3-235B-A22B-shaped copy (128 experts in each of 94 layers) held 4.75e9 parameters,
+    17.7 GiB in float32, built on every rank's CPU when the trainer is built. Its experts now
+    share one feed-forward's units (at least 8 each), as a dense copy's would be; counted here
+    on the meta device, 4 of its layers, beside the same copy without experts."""
+    from bucketloader.hf.trainer import _shrink
+
+    shape = dict(
+        vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=4,
+        num_attention_heads=64, num_key_value_heads=4, head_dim=128,
+    )  # fmt: skip
+    moe = transformers.Qwen3MoeConfig(
+        **shape, num_experts=128, num_experts_per_tok=8, moe_intermediate_size=1536
+    )
+    sizes = []
+    for config, model_class in ((moe, "Qwen3MoeForCausalLM"), (shape, "Qwen3ForCausalLM")):
+        if isinstance(config, dict):
+            config = transformers.Qwen3Config(**config)
+        _shrink(config)
+        with torch.device("meta"):
+            model = getattr(transformers, model_class)(config)
+        sizes.append(sum(p.numel() for p in model.parameters()))
+    assert moe.num_experts == 128 and moe.moe_intermediate_size == 8
+    assert sizes[0] < 2 * sizes[1], sizes  # (4.3e6 against 2.6e6; before: 202.5e6)
 
 
 @pytest.mark.parametrize("arch", sorted(_ARCHITECTURES))
