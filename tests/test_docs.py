@@ -177,6 +177,22 @@ def test_the_figure_check_catches_a_count_no_results_file_states():
     assert [x.split(": ")[1].split()[0] for x in _stale_figures(slipped)] == ["2,891"]
 
 
+def test_the_trainer_page_copies_the_stand_in_cost_from_its_results_file():
+    """s33-tidyA: docs/trainer.md said the packing probe's small copy of a model runs on the CPU
+    in "milliseconds"; its benchmark (benchmarks/results/probe_stand_in.md) measured 0.16 s to
+    build a 1.1B-shaped copy and about 2 s for a 72B-shaped one. The page's timings cite it, and
+    are checked against it as benchmarks.md's figures are."""
+    text = (DOCS / "trainer.md").read_text(encoding="utf-8")
+    cited = [p for p in re.split(r"\n\s*\n", text) if "results/probe_stand_in.md" in p]
+    assert len(cited) == 1, "docs/trainer.md gives the stand-in's cost without its results file"
+    assert "millisecond" not in cited[0]
+    timings = [s for s in _statements(cited[0]) if re.search(r"\d s\b", s)]
+    assert timings and FIGURE.search(" ".join(timings))
+    section = "## stand-in (benchmarks/results/probe_stand_in.md)\n" + " ".join(timings)
+    assert not _stale_figures(section)
+    assert _stale_figures(section.replace("0.045 s", "0.45 s"))  # (the check can fail)
+
+
 def _stale_figures(text: str) -> list[str]:
     """The figures of ``text`` (docs/benchmarks.md) that its results files do not back."""
     results = ROOT / "benchmarks" / "results"

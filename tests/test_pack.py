@@ -1001,6 +1001,17 @@ def test_flex_masks_take_the_window_of_document_mask():
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
 
 
+def test_a_sliding_window_mask_of_integers_is_refused_naming_mask():
+    """s33-tidyA: an int 0/1 mask (document_mask(...).int()) failed inside torch.finfo, "requires
+    a floating point input type", naming neither the argument nor the fix; it is refused as
+    document_mask refuses an int dtype, naming mask, its dtype and the bool conversion."""
+    ones = document_mask(torch.tensor([[0, 0, 1]])).int()
+    with pytest.raises(TypeError, match=r"mask must be bool .* got mask\.dtype=torch\.int32; pass"):
+        sliding_window_mask(ones, 2)
+    want = document_mask(torch.tensor([[0, 0, 1]]), window=2)
+    assert torch.equal(sliding_window_mask(ones.bool(), 2), want)  # (the fix it names works)
+
+
 def test_block_mask_names_the_torch_it_needs(monkeypatch):
     """torch < 2.5 has no flex_attention: one error naming the feature, the torch found and the
     upgrade, where the rest of packing (document_mask) works."""

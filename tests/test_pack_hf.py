@@ -737,6 +737,42 @@ def test_a_model_no_rank_can_read_is_probed_through_a_small_copy(tmp_path):
         hf.BucketTrainer(model=_meta(Mine), args=_in_place_args(tmp_path), bucketing=packed)
 
 
+def test_a_copy_whose_pass_fails_is_said_not_checked_for_that(tmp_path, monkeypatch):
+    """s33-tidyA: where the small copy of a model no rank can read was made but its pass
+    failed, the warning said the packing was not checked, "(no forward pass could be made:
+    measured on a small copy of its architecture with random weights: its parameters are on
+    the meta device, whose pass failed)": a measurement that was not made, and the failure
+    tied to the meta device. It names the reason the model was not probed and the copy's
+    failed pass."""
+    from bucketloader.hf import trainer as trainer_module
+
+    made = trainer_module._stand_in
+
+    def failing(model):  # (a copy whose forward pass raises, as one on a CPU may)
+        stand, why = made(model)
+
+        def forward(*args, **kwargs):
+            raise RuntimeError("no kernel for this device")
+
+        stand.forward = forward
+        return stand, why
+
+    monkeypatch.setattr(trainer_module, "_stand_in", failing)
+    packed = hf.for_packing(_short_dataset(), pad_token_id=0, row_length=32, batch_size=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hf.BucketTrainer(
+            model=_meta(lambda: _model("sdpa")), args=_in_place_args(tmp_path), bucketing=packed
+        )
+    said = [str(w.message) for w in caught if "was not checked" in str(w.message)]
+    assert len(said) == 1, [str(w.message) for w in caught]
+    assert (
+        "(no forward pass could be made: its parameters are on the meta device, and the pass "
+        "of a small copy of it failed)" in said[0]
+    ), said[0]
+    assert "measured on" not in said[0]
+
+
 _GQA = dict(
     vocab_size=1000, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
     intermediate_size=128, max_position_embeddings=128, pad_token_id=0,
@@ -746,9 +782,9 @@ _SLIDE = dict(sliding_window=2, layer_types=["sliding_attention", "full_attentio
 _ROBERTA = dict(_MHA, pad_token_id=1)
 #: name: (model class, config class, config, the rows' options: masked-LM, window, start); one
 #: of each kind the probe meets: causal GQA, a window on every layer, a window per layer type,
-#: a start of 2, bidirectional, bidirectional with local layers (s33-zero3 compared 22
-#: architectures by hand, sdpa and eager: Gemma 3, Qwen2, GPT-2, OPT, decoder BERT ... agreed too;
-#: the suite keeps these six for its time)
+#: a start of 2, bidirectional, bidirectional with local layers, experts (s33-zero3 compared 22
+#: architectures by hand, sdpa and eager: Gemma 3, Qwen2, GPT-2, OPT, decoder BERT ... agreed too,
+#: s33-tidyA Mixtral; the suite keeps these seven for its time)
 _ARCHITECTURES = {
     "llama": ("LlamaForCausalLM", "LlamaConfig", dict(_GQA), {}),
     "mistral": ("MistralForCausalLM", "MistralConfig", dict(_GQA, sliding_window=2), {}),
@@ -760,7 +796,37 @@ _ARCHITECTURES = {
     "modernbert-mlm": ("ModernBertForMaskedLM", "ModernBertConfig", dict(_MHA,
                        num_hidden_layers=3, local_attention=4, global_attn_every_n_layers=3),
                        {"mlm": True, "window": 2}),
+    # (mixtures of experts, whose copy's experts share one feed-forward's units: s33-tidyA)
+    "qwen3-moe": ("Qwen3MoeForCausalLM", "Qwen3MoeConfig", dict(_GQA, num_experts=8,
+                  num_experts_per_tok=2, moe_intermediate_size=32), {}),
 }  # fmt: skip
+
+
+def test_the_small_copy_of_a_mixture_of_experts_stays_small():
+    """s33-tidyA: the stand-in kept every expert with a feed-forward of twice its hidden size,
+    so a Qwen3-235B-A22B-shaped copy (128 experts in each of 94 layers) held 4.75e9 parameters,
+    17.7 GiB in float32, built on every rank's CPU when the trainer is built. Its experts now
+    share one feed-forward's units (at least 8 each), as a dense copy's would be; counted here
+    on the meta device, 4 of its layers, beside the same copy without experts."""
+    from bucketloader.hf.trainer import _shrink
+
+    shape = dict(
+        vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=4,
+        num_attention_heads=64, num_key_value_heads=4, head_dim=128,
+    )  # fmt: skip
+    moe = transformers.Qwen3MoeConfig(
+        **shape, num_experts=128, num_experts_per_tok=8, moe_intermediate_size=1536
+    )
+    sizes = []
+    for config, model_class in ((moe, "Qwen3MoeForCausalLM"), (shape, "Qwen3ForCausalLM")):
+        if isinstance(config, dict):
+            config = transformers.Qwen3Config(**config)
+        _shrink(config)
+        with torch.device("meta"):
+            model = getattr(transformers, model_class)(config)
+        sizes.append(sum(p.numel() for p in model.parameters()))
+    assert moe.num_experts == 128 and moe.moe_intermediate_size == 8
+    assert sizes[0] < 2 * sizes[1], sizes  # (4.3e6 against 2.6e6; before: 202.5e6)
 
 
 @pytest.mark.parametrize("arch", sorted(_ARCHITECTURES))

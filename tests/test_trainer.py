@@ -322,7 +322,12 @@ def test_a_checkpoint_between_epochs_resumes_over_shards_cut_otherwise(tmp_path)
     data = _resume_data()
     lengths = np.asarray([len(x) for x in data["input_ids"]])
     perm = np.random.default_rng(3).permutation(90)  # (a cut with as many steps as the first)
-    cuts = {"a": [np.arange(0, 90, 2), np.arange(1, 90, 2)], "b": [perm[:45], perm[45:]]}
+    fewer = np.random.default_rng(0).permutation(90)  # (a cut with 7 steps an epoch)
+    cuts = {
+        "a": [np.arange(0, 90, 2), np.arange(1, 90, 2)],
+        "b": [perm[:45], perm[45:]],
+        "c": [fewer[:45], fewer[45:]],
+    }
 
     def bucketing(cut):  # rank 0 of 2, in one process (the ranks' histograms given)
         shards = cuts[cut]
@@ -352,6 +357,21 @@ def test_a_checkpoint_between_epochs_resumes_over_shards_cut_otherwise(tmp_path)
     again = bucketing("b")
     with pytest.raises(ValueError, match=r"plan_digest="):  # (within the epoch: refused)
         _resume_run(tmp_path / "c", str(out / "checkpoint-4"), again.dataset, again)
+    # s33-tidyA: a cut that plans fewer steps an epoch passes the sampler's check too, but
+    # Trainer counts the epoch from the steps (8 steps: epoch 1, step 1 of 7), so it is refused
+    # for its position, as docs/trainer.md now says (it said such a checkpoint resumes)
+    c = bucketing("c")
+    assert len(c.sampler) == 7
+    c.sampler.load_state_dict(
+        json.loads((out / "checkpoint-8" / trainer_module.SAMPLER_STATE_NAME).read_text())[
+            "sampler_state"
+        ]
+    )  # (the sampler takes it)
+    steps = r"7 optimizer steps per epoch, the checkpoint's 8: it counts"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with pytest.raises(ValueError, match=r"trained 0 batches of epoch 1, .*" + steps):
+            _resume_run(tmp_path / "d", str(out / "checkpoint-8"), c.dataset, c, num_train_epochs=2)
 
 
 def test_a_checkpoint_between_epochs_on_other_ranks_is_refused_for_its_steps(saved_run, tmp_path):

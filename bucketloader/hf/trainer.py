@@ -591,7 +591,10 @@ class _BucketMixin:
 
         leak = leaks(collate.attention)
         if leak is None and on_copy:  # (the copy's own pass failed: not checked, said)
-            _warn_unchecked(f"{owner}: {name}", argument, f"{on_copy}, whose pass failed")
+            # (s33-tidyA: said "measured on a small copy ...: <why>, whose pass failed", of a
+            # check that measured nothing, the failure tied to the model's partitions)
+            failed = f"{_unreadable(self.model)}, and the pass of a small copy of it failed"
+            _warn_unchecked(f"{owner}: {name}", argument, failed)
         if not leak:  # (kept apart, or no pass could be made on any rank)
             if moved:
                 raise ValueError(
@@ -2409,9 +2412,10 @@ def _unreadable(model: Any) -> str:
 # MoE or Mamba block stays where the config puts it) and each head's width kept (rotary sections,
 # partial rotary, query scaling read it), but two attention heads (one key/value head where the
 # config shares them, two where it does not), a hidden size of two heads and a feed-forward of twice
-# that, and a small vocabulary above every id the forward pass reads (the padding row, an image
-# token; generation's ids dropped): a TinyLlama-1.1B-shaped config builds and probes in 0.2 s, an
-# 8B-shaped one in 0.7 s, a 72B-shaped one in 2 s, where the 1.1B model's own pass takes 2.6 s (one
+# that (a mixture of experts keeps its experts, which share those units: s33-tidyA), and a small
+# vocabulary above every id the forward pass reads (the padding row, an image token; generation's
+# ids dropped): a TinyLlama-1.1B-shaped config builds and probes in 0.2 s, an 8B-shaped one in
+# 0.7 s, a 72B-shaped one in 2 s, where the 1.1B model's own pass takes 2.6 s (one
 # core, float32) (benchmarks/probe_stand_in.py). Its verdict equals the full model's on each
 # architecture the tests probe, mixing or not (tests/test_pack_hf.py). Its leak's size is the
 # stand-in's, and the refusal says so. Where no stand-in is made (a wrapper such as PEFT's, code of
@@ -2421,7 +2425,8 @@ def _unreadable(model: Any) -> str:
 # (FSDP's ranks > 0 on meta beside rank 0's weights keep rank 0's probe).
 
 
-#: Config fields sized by the hidden width (a feed-forward's), set to twice the stand-in's.
+#: Config fields sized by the hidden width (a feed-forward's), set to twice the stand-in's, or,
+#: in a mixture of experts, to that shared among the experts.
 _FEED_FORWARD = (
     "intermediate_size",
     "moe_intermediate_size",
@@ -2431,6 +2436,11 @@ _FEED_FORWARD = (
     "decoder_ffn_dim",
     "n_inner",
 )
+
+
+#: Config fields that count a mixture of experts' experts (Qwen and OLMoE, Mixtral and GPT-OSS,
+#: DeepSeek).
+_EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts")
 
 
 #: Token ids only generation reads (a probe's forward pass without labels reads none).
@@ -2468,9 +2478,16 @@ def _shrink(config: Any) -> None:
             config.word_embed_proj_dim = 2 * width
         hidden = config.hidden_size = 2 * width
     if _is_int(hidden):
+        # (each of E experts with a feed-forward of its own: the units of one, shared among
+        # them, at least 8 each. s33-tidyA: at 2 * hidden each, a Qwen3-235B-A22B-shaped copy,
+        # 128 experts in 94 layers, held 4.75e9 parameters, 17.7 GiB in float32 on each rank's
+        # CPU; now 0.10e9. Routing is each token's own: the experts' width mixes nothing)
+        counts = [getattr(config, name, None) for name in _EXPERTS]
+        experts = max([1, *(n for n in counts if _is_int(n))])
+        units = 2 * hidden if experts == 1 else max(8, 2 * hidden // experts)
         for name in _FEED_FORWARD:
             if _is_int(getattr(config, name, None)):
-                setattr(config, name, 2 * hidden)
+                setattr(config, name, units)
     vocab = getattr(config, "vocab_size", None)
     if _is_int(vocab) and vocab > 512:
         # (ids a forward pass reads, the padding row and a multimodal model's image or audio
