@@ -571,3 +571,29 @@ def test_the_watch_for_a_source_that_splits_itself_counts_only_its_reads(monkeyp
         got = sorted(d["id"] for b in _a_stream(kind, source) for d in b)
         assert got == list(range(1, 40, 2)) and source.logged == 1
         assert torch.utils.data.get_worker_info() is info
+
+
+def test_a_source_restarted_at_its_checkpoint_behind_workers_is_watched_too(monkeypatch):
+    """reopen() at a checkpoint of a plain source that splits itself (a resume behind workers
+    from checkpoint_dir, whose new workers never opened it from the start) is refused too."""
+    from torch.utils.data._utils import worker
+
+    from bucketloader.stream.source import reopen
+
+    class Checkpointed:  # (restarts at its start, whatever the state: enough here)
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, state):
+            pass
+
+    class SplitsItself(Checkpointed, _SplitsItself):
+        pass
+
+    class LogsItsWorker(Checkpointed, _LogsItsWorker):
+        pass
+
+    monkeypatch.setattr(worker, "_worker_info", worker.WorkerInfo(1, 2, 0, None))
+    with pytest.raises(ValueError, match=r"the source \(SplitsItself\) read torch"):
+        next(reopen(SplitsItself(), (1, 2), {}))
+    assert [d["id"] for d in reopen(LogsItsWorker(), (1, 2), {})][:3] == [1, 3, 5]

@@ -24,13 +24,13 @@ keeps it in the module global ``torch.utils.data._utils.worker._worker_info``, w
 ``get_worker_info()`` returns however the source imported it. A source that read both ``id``
 and ``num_workers`` there is refused, naming the fix (subclass ``IterableDataset``). The stream
 reads its own worker info before and the stand-in is removed after, so only the source's reads
-count. A pass and every resume that reopens the source from the start of the epoch (a replay,
-from the workers' checkpoints or not) go through the same check; a source the stream does not
-split (one process, a self-sharding or seekable source) is not watched. Not caught: a source
-that reads the worker info only after its first sample, or outside ``__iter__`` (a
-``worker_init_fn`` that sets its range). A source that reads both fields for another purpose (a
-log line) is refused though it does not split itself (rare; it can read them from its second
-sample on).
+count. A pass and every resume that reopens the source (a replay from the start of the
+epoch, or a restart at one of its own checkpoints: :func:`reopen`) go through the same check;
+a source the stream does not split (one process, a self-sharding or seekable source) is not
+watched. Not caught: a source that reads the worker info only after its first sample, or
+outside ``__iter__`` (a ``worker_init_fn`` that sets its range). A source that reads both
+fields for another purpose (a log line) is refused though it does not split itself (rare; it
+can read them from its second sample on).
 
 NOTE [ Seeking a source ]
 A resume needs the samples a stream still holds (at most its buffers: the shuffle buffer and
@@ -398,16 +398,19 @@ def open_source(source: Any, worker: tuple[int, int]) -> Iterator[Any]:
         return open_at(source, worker, 0)
     wid, num = worker
     if num > 1 and not self_sharding(source):
-        return _split_by_position(source, wid, num)
+        return _split_by_position(source, lambda: iter(source), wid, num)
     return iter(source)
 
 
-def _split_by_position(source: Any, wid: int, num: int) -> Iterator[Any]:
-    """Worker ``wid`` of ``num``'s share of a plain iterable ``source``, round-robin by position,
-    refusing a source that splits itself (NOTE [ A plain source that splits itself ])."""
+def _split_by_position(
+    source: Any, open_it: Callable[[], Iterator[Any]], first_kept: int, num: int
+) -> Iterator[Any]:
+    """Every ``num``-th sample of ``open_it()`` (over a plain iterable ``source``) from sample
+    ``first_kept`` on, refusing a source that splits itself (NOTE [ A plain source that splits
+    itself ])."""
     watch = _WorkerInfoWatch()
     with watch:
-        it = iter(source)
+        it = open_it()
         first = next(it, _END)
     if watch.splits():
         name = type(source).__name__
@@ -422,7 +425,7 @@ def _split_by_position(source: Any, wid: int, num: int) -> Iterator[Any]:
         )
     if first is _END:
         return
-    yield from itertools.islice(itertools.chain((first,), it), wid, None, num)
+    yield from itertools.islice(itertools.chain((first,), it), first_kept, None, num)
 
 
 _END = object()
@@ -554,11 +557,12 @@ def reopen(source: Any, worker: tuple[int, int], state: Any) -> Iterator[Any]:
     if state is None:
         return open_source(source, worker)
     source.load_state_dict(state)
-    it = forget_after_first(iter(source), source)
     num = worker[1]
     if num > 1 and not self_sharding(source):
-        it = itertools.islice(it, num - 1, None, num)
-    return it
+        return _split_by_position(
+            source, lambda: forget_after_first(iter(source), source), num - 1, num
+        )
+    return forget_after_first(iter(source), source)
 
 
 def replay(it: Iterator[Any], start: int, stop: int) -> Iterator[tuple[int, Any]]:
