@@ -502,3 +502,98 @@ def test_a_state_of_another_kind_or_worker_count_says_which():
     again.load_state_dict(state)
     with pytest.raises(ValueError, match=r"2 DataLoader workers, this loader runs in a single pro"):
         next(iter(again))
+
+
+class _SplitsItself:
+    """A plain source (no torch ``IterableDataset``) that splits itself by ``get_worker_info()``."""
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        for i in range(40):
+            if info is None or i % info.num_workers == info.id:
+                yield {"id": i, "input_ids": [1] * (1 + i % 7)}
+
+
+class _SplitsItselfRecognised(_SplitsItself, torch.utils.data.IterableDataset):
+    pass
+
+
+class _LogsItsWorker:
+    """A plain source that reads its worker's id (a log line) but does not split itself."""
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        self.logged = None if info is None else info.id
+        for i in range(40):
+            yield {"id": i, "input_ids": [1] * (1 + i % 7)}
+
+
+def _a_stream(kind, source):
+    if kind == "bucket":
+        return BucketIterable(source, length_fn="input_ids", boundaries=[8], batch_size=4)
+    return PackIterable(source, length_fn="input_ids", row_length=16, batch_size=2)
+
+
+@pytest.mark.parametrize("kind", ["bucket", "pack"])
+def test_a_plain_source_that_splits_itself_behind_workers_is_refused_not_halved(kind):
+    """s33-left's L3: such a source was split again by the stream, and 2 workers read 200 of
+    400 samples without a word (NOTE [ A plain source that splits itself ] in stream.source)."""
+
+    def ids(source):
+        loader = torch.utils.data.DataLoader(
+            _a_stream(kind, source),
+            batch_size=None,
+            num_workers=2,
+            collate_fn=lambda b: [d["id"] for d in b],
+        )
+        return sorted(i for b in loader for i in b)
+
+    with pytest.raises(ValueError, match=r"the source \(_SplitsItself\) read torch") as err:
+        ids(_SplitsItself())
+    assert "keep 1 in 2 of its samples" in str(err.value)
+    assert "Make _SplitsItself a subclass of torch.utils.data.IterableDataset" in str(err.value)
+    assert ids(_SplitsItselfRecognised()) == list(range(40))  # the fix
+    assert ids(_LogsItsWorker()) == list(range(40))  # only the id read: the stream splits it
+
+
+def test_the_watch_for_a_source_that_splits_itself_counts_only_its_reads(monkeypatch):
+    """In a worker (its WorkerInfo set by hand): the stream's own reads of the worker info do
+    not count, and the worker's WorkerInfo is back after the source's first sample."""
+    from torch.utils.data._utils import worker
+
+    info = worker.WorkerInfo(id=1, num_workers=2, seed=0, dataset=None)
+    monkeypatch.setattr(worker, "_worker_info", info)
+    for kind in ("bucket", "pack"):
+        with pytest.raises(ValueError, match="_SplitsItself"):
+            list(_a_stream(kind, _SplitsItself()))
+        assert torch.utils.data.get_worker_info() is info
+        source = _LogsItsWorker()
+        got = sorted(d["id"] for b in _a_stream(kind, source) for d in b)
+        assert got == list(range(1, 40, 2)) and source.logged == 1
+        assert torch.utils.data.get_worker_info() is info
+
+
+def test_a_source_restarted_at_its_checkpoint_behind_workers_is_watched_too(monkeypatch):
+    """reopen() at a checkpoint of a plain source that splits itself (a resume behind workers
+    from checkpoint_dir, whose new workers never opened it from the start) is refused too."""
+    from torch.utils.data._utils import worker
+
+    from bucketloader.stream.source import reopen
+
+    class Checkpointed:  # (restarts at its start, whatever the state: enough here)
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, state):
+            pass
+
+    class SplitsItself(Checkpointed, _SplitsItself):
+        pass
+
+    class LogsItsWorker(Checkpointed, _LogsItsWorker):
+        pass
+
+    monkeypatch.setattr(worker, "_worker_info", worker.WorkerInfo(1, 2, 0, None))
+    with pytest.raises(ValueError, match=r"the source \(SplitsItself\) read torch"):
+        next(reopen(SplitsItself(), (1, 2), {}))
+    assert [d["id"] for d in reopen(LogsItsWorker(), (1, 2), {})][:3] == [1, 3, 5]

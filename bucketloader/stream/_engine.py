@@ -643,8 +643,11 @@ class Pass:
         tell, NOTE [ Who shards the stream across DataLoader workers ] in
         :mod:`bucketloader.stream.source`): each worker then reads its own share where the
         resume wants another's, which the same source cannot mend; the text names the two ways
-        that do (s32-rev's L3). Other refusals do not say it. Over a source without a length,
-        the text ends with how a source with one would have caught the change sooner."""
+        that do (s32-rev's L3; since s33 only such a source that reads the worker info after
+        its first sample gets here: NOTE [ A plain source that splits itself ] in
+        :mod:`bucketloader.stream.source`). Other refusals do not say it. Over a source
+        without a length, the text ends with how a source with one would have caught the change
+        sooner."""
         saved = self.saved_config or {}
         other_kind = checks_lengths(saved) and not self.checks_lengths
         causes = (

@@ -8,7 +8,29 @@ A source that knows about workers shards itself: a Hugging Face ``IterableDatase
 shards among workers, and by torch's contract a ``torch.utils.data.IterableDataset`` reads
 ``get_worker_info()`` itself. Any other iterable (a list, a generator factory, a map-style
 ``datasets.Dataset``) is split round-robin by position: worker ``w`` of ``n`` keeps samples
-``w, w + n, w + 2n, ...`` (each worker reads and skips the others' samples).
+``w, w + n, w + 2n, ...`` (each worker reads and skips the others' samples). Such a source
+that splits itself anyway is refused (NOTE [ A plain source that splits itself ]). A torch
+``IterableDataset`` that does not split itself is read whole by every worker: the stream cannot
+tell (it may be split by a ``worker_init_fn``), and says nothing.
+
+NOTE [ A plain source that splits itself ]
+A source that splits itself by ``get_worker_info()`` but is neither a torch ``IterableDataset``
+nor an HF one cannot be told from a plain iterable by its type, and the stream's round-robin
+split of each worker's share would keep 1 in ``num_workers`` of its samples (s33-left: 200 of
+400 behind 2 workers, without a word). Behind workers, the stream (which runs in the worker)
+therefore opens such a source and reads its first sample while ``get_worker_info()`` returns a
+stand-in of the worker's ``WorkerInfo`` (same values, a subclass) that records reads: torch
+keeps it in the module global ``torch.utils.data._utils.worker._worker_info``, which
+``get_worker_info()`` returns however the source imported it. A source that read both ``id``
+and ``num_workers`` there is refused, naming the fix (subclass ``IterableDataset``). The stream
+reads its own worker info before and the stand-in is removed after, so only the source's reads
+count. A pass and every resume that reopens the source (a replay from the start of the
+epoch, or a restart at one of its own checkpoints: :func:`reopen`) go through the same check;
+a source the stream does not split (one process, a self-sharding or seekable source) is not
+watched. Not caught: a source that reads the worker info only after its first sample, or
+outside ``__iter__`` (a ``worker_init_fn`` that sets its range). A source that reads both
+fields for another purpose (a log line) is refused though it does not split itself (rare; it
+can read them from its second sample on).
 
 NOTE [ Seeking a source ]
 A resume needs the samples a stream still holds (at most its buffers: the shuffle buffer and
@@ -374,11 +396,100 @@ def open_source(source: Any, worker: tuple[int, int]) -> Iterator[Any]:
     rows ``0 .. len - 1``)."""
     if by_index(source):
         return open_at(source, worker, 0)
-    it = iter(source)
     wid, num = worker
     if num > 1 and not self_sharding(source):
-        it = itertools.islice(it, wid, None, num)
-    return it
+        return _split_by_position(source, lambda: iter(source), wid, num)
+    return iter(source)
+
+
+def _split_by_position(
+    source: Any, open_it: Callable[[], Iterator[Any]], first_kept: int, num: int
+) -> Iterator[Any]:
+    """Every ``num``-th sample of ``open_it()`` (over a plain iterable ``source``) from sample
+    ``first_kept`` on, refusing a source that splits itself (NOTE [ A plain source that splits
+    itself ])."""
+    watch = _WorkerInfoWatch()
+    with watch:
+        it = open_it()
+        first = next(it, _END)
+    if watch.splits():
+        name = type(source).__name__
+        raise ValueError(
+            f"the source ({name}) read torch.utils.data.get_worker_info().id and .num_workers "
+            f"to give its first sample behind {num} DataLoader workers, so it splits itself "
+            "among them; it is no torch.utils.data.IterableDataset, so the stream splits each "
+            f"worker's share again by position and would keep 1 in {num} of its samples, "
+            f"losing the rest. Make {name} a subclass of torch.utils.data.IterableDataset (the "
+            "stream then leaves the splitting to it), or have it yield every sample and let "
+            "the stream split them"
+        )
+    if first is _END:
+        return
+    yield from itertools.islice(itertools.chain((first,), it), first_kept, None, num)
+
+
+_END = object()
+
+
+class _WorkerInfoWatch:
+    """While open, ``torch.utils.data.get_worker_info()`` returns a stand-in of the worker's
+    ``WorkerInfo`` (same values, a subclass) that records reads of ``id`` and ``num_workers``
+    (NOTE [ A plain source that splits itself ]). Outside a DataLoader worker, or where the
+    stand-in cannot be built (another torch's ``WorkerInfo``), it watches nothing."""
+
+    _FIELDS = ("id", "num_workers")
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self._saved: Any = None
+        self._module: Any = None
+
+    def splits(self) -> bool:
+        """Whether both ``id`` and ``num_workers`` were read while open."""
+        return self.seen >= set(self._FIELDS)
+
+    def __enter__(self) -> _WorkerInfoWatch:
+        try:
+            from torch.utils.data._utils import worker as module
+        except ImportError:  # pragma: no cover
+            return self
+        info = getattr(module, "_worker_info", None)
+        if info is None:
+            return self
+        stand_in = _recording(info, self.seen)
+        if stand_in is not None:
+            self._module, self._saved = module, info
+            module._worker_info = stand_in
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._module is not None:
+            self._module._worker_info = self._saved
+            self._module = None
+
+
+def _recording(info: Any, seen: set[str]) -> Any:
+    """A copy of ``info`` whose reads of ``id`` / ``num_workers`` add their names to ``seen``
+    (``None`` where torch's ``WorkerInfo`` cannot be copied so)."""
+    import dataclasses
+
+    base = type(info)
+
+    class Recording(base):  # type: ignore[misc, valid-type]
+        def __getattribute__(self, name: str) -> Any:
+            if name in _WorkerInfoWatch._FIELDS:
+                seen.add(name)
+            return super().__getattribute__(name)
+
+    Recording.__name__ = Recording.__qualname__ = base.__name__
+    try:
+        if dataclasses.is_dataclass(info):
+            fields = {f.name: getattr(info, f.name) for f in dataclasses.fields(info) if f.init}
+        else:  # an older torch: WorkerInfo(**kwargs), frozen after __init__
+            fields = {k: v for k, v in vars(info).items() if not k.startswith("_")}
+        return Recording(**fields)
+    except Exception:  # (an unknown WorkerInfo: watch nothing rather than break the stream)
+        return None
 
 
 def checkpoint(source: Any) -> Any:
@@ -446,11 +557,12 @@ def reopen(source: Any, worker: tuple[int, int], state: Any) -> Iterator[Any]:
     if state is None:
         return open_source(source, worker)
     source.load_state_dict(state)
-    it = forget_after_first(iter(source), source)
     num = worker[1]
     if num > 1 and not self_sharding(source):
-        it = itertools.islice(it, num - 1, None, num)
-    return it
+        return _split_by_position(
+            source, lambda: forget_after_first(iter(source), source), num - 1, num
+        )
+    return forget_after_first(iter(source), source)
 
 
 def replay(it: Iterator[Any], start: int, stop: int) -> Iterator[tuple[int, Any]]:
