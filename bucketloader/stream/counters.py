@@ -308,6 +308,19 @@ class RefusedResume(ValueError):
         return str(self.args[0]) if self.args else ""
 
 
+class RefusedSource(RefusedResume):
+    """A source refused as the pass opens it, before it handed out a batch (one that splits
+    itself among DataLoader workers without being a torch ``IterableDataset``: NOTE [ A plain
+    source that splits itself ] in :mod:`bucketloader.stream.source`). As a refused resume, the
+    pass never started, so :func:`_say_the_pass_ends` says nothing of it (its "a bad sample: fix
+    or filter it" does not apply), and torch re-raises it without the reference cycle.
+
+    Example:
+        >>> str(RefusedSource(message="the source splits itself"))
+        'the source splits itself'
+    """
+
+
 def _say_the_pass_ends(exc: Exception, lane: Lane) -> None:
     """NOTE [ A pass that raised is over ]
     A pass is a generator: once the source, ``length_fn`` or a sample raised in it, it is

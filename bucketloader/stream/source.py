@@ -85,7 +85,7 @@ import numpy as np
 
 from bucketloader._samples import length_reader, stream_len
 from bucketloader._validation import MAX_LENGTH
-from bucketloader.stream.counters import RefusedResume
+from bucketloader.stream.counters import RefusedResume, RefusedSource
 
 
 def make_length_fn(length_fn: Any) -> Callable[[Any], Any]:
@@ -414,14 +414,14 @@ def _split_by_position(
         first = next(it, _END)
     if watch.splits():
         name = type(source).__name__
-        raise ValueError(
-            f"the source ({name}) read torch.utils.data.get_worker_info().id and .num_workers "
-            f"to give its first sample behind {num} DataLoader workers, so it splits itself "
-            "among them; it is no torch.utils.data.IterableDataset, so the stream splits each "
-            f"worker's share again by position and would keep 1 in {num} of its samples, "
-            f"losing the rest. Make {name} a subclass of torch.utils.data.IterableDataset (the "
-            "stream then leaves the splitting to it), or have it yield every sample and let "
-            "the stream split them"
+        raise RefusedSource(
+            message=f"the source ({name}) read torch.utils.data.get_worker_info().id and "
+            f".num_workers to give its first sample behind {num} DataLoader workers, so it "
+            "splits itself among them; it is no torch.utils.data.IterableDataset, so the "
+            f"stream splits each worker's share again by position and would keep 1 in {num} of "
+            f"its samples, losing the rest. Make {name} a subclass of "
+            "torch.utils.data.IterableDataset (the stream then leaves the splitting to it), or "
+            "have it yield every sample and let the stream split them"
         )
     if first is _END:
         return
