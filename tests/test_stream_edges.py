@@ -648,3 +648,40 @@ def test_the_watch_counts_only_its_own_threads_reads_and_restores_the_worker_inf
     assert not errors, errors
     assert got == {"a": [1, 3, 5], "b": [1, 3, 5]}
     assert torch.utils.data.get_worker_info() is info
+
+
+def test_a_worker_info_a_source_keeps_from_its_first_sample_pickles_as_torchs(monkeypatch):
+    """A plain source that keeps get_worker_info() from its first sample (watched: NOTE [ A plain
+    source that splits itself ]) kept the watch's stand-in, a class local to the stream, which
+    pickle refused (fin1: a sample or a source holding it could not leave the worker). It now
+    pickles as torch's WorkerInfo with the same values."""
+    import pickle
+
+    from torch.utils.data._utils import worker
+
+    from bucketloader.stream.source import open_source
+
+    info = worker.WorkerInfo(id=1, num_workers=2, seed=7, dataset=None)
+    monkeypatch.setattr(worker, "_worker_info", info)
+
+    class Keeps:
+        def __iter__(self):
+            self.info = torch.utils.data.get_worker_info()
+            yield from range(6)
+
+    source = Keeps()
+    assert list(open_source(source, (1, 2))) == [1, 3, 5]
+    back = pickle.loads(pickle.dumps(source.info))
+    assert type(back) is worker.WorkerInfo
+    assert (back.id, back.num_workers, back.seed, back.dataset) == (1, 2, 7, None)
+    # under a watch of a source opened inside another's first sample (nested), the same
+    outer = Keeps()
+
+    class Nested:
+        def __iter__(self):
+            list(open_source(outer, (1, 2)))
+            yield from range(6)
+
+    assert list(open_source(Nested(), (1, 2))) == [1, 3, 5]
+    assert type(pickle.loads(pickle.dumps(outer.info))) is worker.WorkerInfo
+    assert torch.utils.data.get_worker_info() is info

@@ -499,25 +499,40 @@ def _recording(info: Any, watch: _WorkerInfoWatch) -> Any:
     import dataclasses
 
     base = type(info)
+    plain = getattr(base, "_bucketloader_plain", base)  # (torch's, under nested watches)
     seen, thread = watch.seen, watch._thread
 
     class Recording(base):  # type: ignore[misc, valid-type]
         _bucketloader_watch = watch
+        _bucketloader_plain = plain
 
         def __getattribute__(self, name: str) -> Any:
             if name in _WorkerInfoWatch._FIELDS and threading.get_ident() == thread:
                 seen.add(name)
             return super().__getattribute__(name)
 
-    Recording.__name__ = Recording.__qualname__ = base.__name__
+        def __reduce__(self) -> Any:  # (a copy a source kept pickles as torch's: fin1)
+            return (_plain_worker_info, (plain, fields))
+
+    Recording.__name__ = Recording.__qualname__ = plain.__name__
+    fields: dict[str, Any] = {}
     try:
         if dataclasses.is_dataclass(info):
-            fields = {f.name: getattr(info, f.name) for f in dataclasses.fields(info) if f.init}
+            fields = {  # (not through an outer watch's stand-in: the stream's reads)
+                f.name: object.__getattribute__(info, f.name)
+                for f in dataclasses.fields(info)
+                if f.init
+            }
         else:  # an older torch: WorkerInfo(**kwargs), frozen after __init__
             fields = {k: v for k, v in vars(info).items() if not k.startswith("_")}
         return Recording(**fields)
     except Exception:  # (an unknown WorkerInfo: watch nothing rather than break the stream)
         return None
+
+
+def _plain_worker_info(base: type, fields: dict[str, Any]) -> Any:
+    """``base(**fields)``: a watch's stand-in unpickled as the ``WorkerInfo`` it copies."""
+    return base(**fields)
 
 
 def checkpoint(source: Any) -> Any:
