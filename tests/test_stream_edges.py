@@ -599,3 +599,89 @@ def test_a_source_restarted_at_its_checkpoint_behind_workers_is_watched_too(monk
     with pytest.raises(ValueError, match=r"the source \(SplitsItself\) read torch"):
         next(reopen(SplitsItself(), (1, 2), {}))
     assert [d["id"] for d in reopen(LogsItsWorker(), (1, 2), {})][:3] == [1, 3, 5]
+
+
+def test_the_watch_counts_only_its_own_threads_reads_and_restores_the_worker_info(monkeypatch):
+    """Two threads of one worker open plain sources at once (fin1): another thread's reads of
+    the worker info (another stream's own) did not make this source split itself, and watches
+    that close out of order left a stand-in installed (later get_worker_info() calls got it,
+    and the later watch was removed while its source still read its first sample)."""
+    import threading
+
+    from torch.utils.data._utils import worker
+
+    from bucketloader.stream.source import open_source
+
+    info = worker.WorkerInfo(id=1, num_workers=2, seed=0, dataset=None)
+    monkeypatch.setattr(worker, "_worker_info", info)
+
+    class Slow:  # a plain source that reads no worker info; its first sample waits on `go`
+        def __init__(self):
+            self.entered, self.go = threading.Event(), threading.Event()
+
+        def __iter__(self):
+            self.entered.set()
+            assert self.go.wait(10)
+            yield from range(6)
+
+    a, b = Slow(), Slow()
+    got, errors = {}, []
+
+    def read(name, source):
+        try:
+            got[name] = list(open_source(source, (1, 2)))
+        except Exception as e:  # (re-checked in the main thread)
+            errors.append(e)
+
+    ta = threading.Thread(target=read, args=("a", a))
+    ta.start()
+    assert a.entered.wait(10)
+    seen = torch.utils.data.get_worker_info()  # another thread's reads, while a is watched
+    assert (seen.id, seen.num_workers) == (1, 2)
+    tb = threading.Thread(target=read, args=("b", b))
+    tb.start()
+    assert b.entered.wait(10)
+    a.go.set()  # a's watch closes first, b's after
+    ta.join(10)
+    b.go.set()
+    tb.join(10)
+    assert not errors, errors
+    assert got == {"a": [1, 3, 5], "b": [1, 3, 5]}
+    assert torch.utils.data.get_worker_info() is info
+
+
+def test_a_worker_info_a_source_keeps_from_its_first_sample_pickles_as_torchs(monkeypatch):
+    """A plain source that keeps get_worker_info() from its first sample (watched: NOTE [ A plain
+    source that splits itself ]) kept the watch's stand-in, a class local to the stream, which
+    pickle refused (fin1: a sample or a source holding it could not leave the worker). It now
+    pickles as torch's WorkerInfo with the same values."""
+    import pickle
+
+    from torch.utils.data._utils import worker
+
+    from bucketloader.stream.source import open_source
+
+    info = worker.WorkerInfo(id=1, num_workers=2, seed=7, dataset=None)
+    monkeypatch.setattr(worker, "_worker_info", info)
+
+    class Keeps:
+        def __iter__(self):
+            self.info = torch.utils.data.get_worker_info()
+            yield from range(6)
+
+    source = Keeps()
+    assert list(open_source(source, (1, 2))) == [1, 3, 5]
+    back = pickle.loads(pickle.dumps(source.info))
+    assert type(back) is worker.WorkerInfo
+    assert (back.id, back.num_workers, back.seed, back.dataset) == (1, 2, 7, None)
+    # under a watch of a source opened inside another's first sample (nested), the same
+    outer = Keeps()
+
+    class Nested:
+        def __iter__(self):
+            list(open_source(outer, (1, 2)))
+            yield from range(6)
+
+    assert list(open_source(Nested(), (1, 2))) == [1, 3, 5]
+    assert type(pickle.loads(pickle.dumps(outer.info))) is worker.WorkerInfo
+    assert torch.utils.data.get_worker_info() is info

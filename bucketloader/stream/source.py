@@ -78,6 +78,7 @@ import bisect
 import copy
 import itertools
 import numbers
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -434,8 +435,14 @@ _END = object()
 class _WorkerInfoWatch:
     """While open, ``torch.utils.data.get_worker_info()`` returns a stand-in of the worker's
     ``WorkerInfo`` (same values, a subclass) that records reads of ``id`` and ``num_workers``
-    (NOTE [ A plain source that splits itself ]). Outside a DataLoader worker, or where the
-    stand-in cannot be built (another torch's ``WorkerInfo``), it watches nothing."""
+    made by the thread that opened it (NOTE [ A plain source that splits itself ]). Outside a
+    DataLoader worker, or where the stand-in cannot be built (another torch's ``WorkerInfo``), it
+    watches nothing.
+
+    Watches opened by two threads of a worker may close out of order: one closes by putting back
+    what it replaced only while its own stand-in is installed, skipping stand-ins of watches
+    already closed, so the worker's ``WorkerInfo`` is back once all have closed (fin1: another
+    thread's reads counted as the source's, and a stand-in stayed installed)."""
 
     _FIELDS = ("id", "num_workers")
 
@@ -443,6 +450,8 @@ class _WorkerInfoWatch:
         self.seen: set[str] = set()
         self._saved: Any = None
         self._module: Any = None
+        self._stand_in: Any = None
+        self._thread = threading.get_ident()
 
     def splits(self) -> bool:
         """Whether both ``id`` and ``num_workers`` were read while open."""
@@ -453,43 +462,77 @@ class _WorkerInfoWatch:
             from torch.utils.data._utils import worker as module
         except ImportError:  # pragma: no cover
             return self
-        info = getattr(module, "_worker_info", None)
-        if info is None:
-            return self
-        stand_in = _recording(info, self.seen)
-        if stand_in is not None:
-            self._module, self._saved = module, info
-            module._worker_info = stand_in
+        with _WATCH_LOCK:
+            info = getattr(module, "_worker_info", None)
+            if info is None:
+                return self
+            stand_in = _recording(info, self)
+            if stand_in is not None:
+                self._module, self._saved, self._stand_in = module, info, stand_in
+                module._worker_info = stand_in
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._module is not None:
-            self._module._worker_info = self._saved
-            self._module = None
+        if self._module is None:
+            return
+        with _WATCH_LOCK:
+            module, self._module = self._module, None
+            if module._worker_info is self._stand_in:
+                saved = self._saved
+                while (watch := _watch_of(saved)) is not None and watch._module is None:
+                    saved = watch._saved  # (a watch that closed while ours was installed)
+                module._worker_info = saved
 
 
-def _recording(info: Any, seen: set[str]) -> Any:
-    """A copy of ``info`` whose reads of ``id`` / ``num_workers`` add their names to ``seen``
-    (``None`` where torch's ``WorkerInfo`` cannot be copied so)."""
+_WATCH_LOCK = threading.Lock()
+
+
+def _watch_of(info: Any) -> _WorkerInfoWatch | None:
+    """The watch whose stand-in ``info`` is (``None`` for any other ``WorkerInfo``)."""
+    watch = type(info).__dict__.get("_bucketloader_watch")
+    return watch if isinstance(watch, _WorkerInfoWatch) else None
+
+
+def _recording(info: Any, watch: _WorkerInfoWatch) -> Any:
+    """A copy of ``info`` whose reads of ``id`` / ``num_workers`` by ``watch``'s thread add their
+    names to ``watch.seen`` (``None`` where torch's ``WorkerInfo`` cannot be copied so)."""
     import dataclasses
 
     base = type(info)
+    plain = getattr(base, "_bucketloader_plain", base)  # (torch's, under nested watches)
+    seen, thread = watch.seen, watch._thread
 
     class Recording(base):  # type: ignore[misc, valid-type]
+        _bucketloader_watch = watch
+        _bucketloader_plain = plain
+
         def __getattribute__(self, name: str) -> Any:
-            if name in _WorkerInfoWatch._FIELDS:
+            if name in _WorkerInfoWatch._FIELDS and threading.get_ident() == thread:
                 seen.add(name)
             return super().__getattribute__(name)
 
-    Recording.__name__ = Recording.__qualname__ = base.__name__
+        def __reduce__(self) -> Any:  # (a copy a source kept pickles as torch's: fin1)
+            return (_plain_worker_info, (plain, fields))
+
+    Recording.__name__ = Recording.__qualname__ = plain.__name__
+    fields: dict[str, Any] = {}
     try:
         if dataclasses.is_dataclass(info):
-            fields = {f.name: getattr(info, f.name) for f in dataclasses.fields(info) if f.init}
+            fields = {  # (not through an outer watch's stand-in: the stream's reads)
+                f.name: object.__getattribute__(info, f.name)
+                for f in dataclasses.fields(info)
+                if f.init
+            }
         else:  # an older torch: WorkerInfo(**kwargs), frozen after __init__
             fields = {k: v for k, v in vars(info).items() if not k.startswith("_")}
         return Recording(**fields)
     except Exception:  # (an unknown WorkerInfo: watch nothing rather than break the stream)
         return None
+
+
+def _plain_worker_info(base: type, fields: dict[str, Any]) -> Any:
+    """``base(**fields)``: a watch's stand-in unpickled as the ``WorkerInfo`` it copies."""
+    return base(**fields)
 
 
 def checkpoint(source: Any) -> Any:
