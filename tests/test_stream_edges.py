@@ -528,6 +528,15 @@ class _LogsItsWorker:
             yield {"id": i, "input_ids": [1] * (1 + i % 7)}
 
 
+class _PrintsItsWorker:
+    """A plain source that logs its whole worker info (``repr`` reads every field)."""
+
+    def __iter__(self):
+        self.logged = f"{torch.utils.data.get_worker_info()}"
+        for i in range(40):
+            yield {"id": i, "input_ids": [1] * (1 + i % 7)}
+
+
 def _a_stream(kind, source):
     if kind == "bucket":
         return BucketIterable(source, length_fn="input_ids", boundaries=[8], batch_size=4)
@@ -573,6 +582,9 @@ def test_the_watch_for_a_source_that_splits_itself_counts_only_its_reads(monkeyp
         got = sorted(d["id"] for b in _a_stream(kind, source) for d in b)
         assert got == list(range(1, 40, 2)) and source.logged == 1
         assert torch.utils.data.get_worker_info() is info
+        source = _PrintsItsWorker()  # (its repr reads every field: not a split, s33)
+        got = sorted(d["id"] for b in _a_stream(kind, source) for d in b)
+        assert got == list(range(1, 40, 2)) and source.logged == repr(info)
 
 
 def test_a_source_restarted_at_its_checkpoint_behind_workers_is_watched_too(monkeypatch):

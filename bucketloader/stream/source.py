@@ -514,6 +514,10 @@ def _recording(info: Any, watch: _WorkerInfoWatch) -> Any:
         def __reduce__(self) -> Any:  # (a copy a source kept pickles as torch's: fin1)
             return (_plain_worker_info, (plain, fields))
 
+        def __repr__(self) -> str:  # (a source that logs its whole worker info, as print or
+            # an f-string do, reads every field: not a split, fin1)
+            return repr(_plain_worker_info(plain, fields))
+
     Recording.__name__ = Recording.__qualname__ = plain.__name__
     fields: dict[str, Any] = {}
     try:
