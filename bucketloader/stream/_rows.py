@@ -340,10 +340,11 @@ class RowPass(Pass):
             # of the document just read): the last batch's last document was the anchor, and a
             # document inserted after it resumed silently, trained twice (s33-tidyB). A row's
             # last document is its newest.
-            row = max(take, key=_newest_item)
-            item = row[0][-1]
-            if self.anchor is None or item > self.anchor[:2]:
-                self.anchor = (*item, self.o.measure(row[1][-1]))
+            r = max(range(len(take)), key=lambda i: _newest_item(take[i]))
+            item = take[r][0][-1]
+            if self.anchor is None or item > self.anchor[:2]:  # (its size, measured above)
+                end = sum(len(samples) for _, samples in take[: r + 1])
+                self.anchor = (*item, sizes[end - 1])
         if self._fills:
             take = self._top_up(take)
             return [s for _, samples in take for s in samples]
