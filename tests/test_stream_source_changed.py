@@ -303,17 +303,19 @@ def _closed_rows(source, **kw):
     )
 
 
+def _hf_iterable(lengths):
+    """An HF IterableDataset of these lengths in 4 shards (it shards itself among workers)."""
+    datasets = pytest.importorskip("datasets")
+    rows = {"id": list(range(len(lengths))), "input_ids": [[1] * n for n in lengths]}
+    return datasets.Dataset.from_dict(rows).to_iterable_dataset(num_shards=4)
+
+
 @pytest.mark.parametrize(
     "make", [_bucket, _pack, _one_bucket], ids=["bucket", "pack", "one-bucket"]
 )
 def test_worker_checkpoints_refuse_a_changed_source(make, tmp_path):
     # NOTE [ Worker checkpoints ]: a worker restores its exact state, which holds the lengths
-    datasets = pytest.importorskip("datasets")
-
-    def source(lengths):
-        rows = {"id": list(range(len(lengths))), "input_ids": [[1] * n for n in lengths]}
-        return datasets.Dataset.from_dict(rows).to_iterable_dataset(num_shards=4)
-
+    source = _hf_iterable
     whole = _ids(_loader(make(source(LENGTHS))))
     first = make(source(LENGTHS), checkpoint_dir=tmp_path)
     it = iter(_loader(first))
@@ -524,12 +526,7 @@ def test_a_replay_state_after_a_worker_checkpoint_resume_is_still_checked(make, 
     # s31-stream: a worker resumed from its checkpoint (an exact state) knew no trace, so every
     # later replay state recorded None for it and its resume was not checked; an exact state
     # now records its pass's trace, which the resumed pass goes on from
-    datasets = pytest.importorskip("datasets")
-
-    def source(lengths):
-        rows = {"id": list(range(len(lengths))), "input_ids": [[1] * n for n in lengths]}
-        return datasets.Dataset.from_dict(rows).to_iterable_dataset(num_shards=4)
-
+    source = _hf_iterable
     whole = _ids(_loader(make(source(LENGTHS))))
     first = make(source(LENGTHS), checkpoint_dir=tmp_path)
     it = iter(_loader(first))
