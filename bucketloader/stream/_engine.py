@@ -415,9 +415,14 @@ class Pass:
     # -- state ------------------------------------------------------------------------------
     def _held(self) -> list[int]:
         """The stream positions of every sample the state names (read back on resume)."""
+        return self._held_and_anchor()[0]
+
+    def _held_and_anchor(self) -> tuple[list[int], tuple[int, int, int] | None]:
+        """:meth:`_held`, with the anchor the state names where it holds no sample (NOTE [ A
+        stream state that holds no sample ]; its position is then the one held)."""
         held = self._positions() + self._stand_ins()
         anchor = self._anchor_named(held)
-        return held if anchor is None else [anchor[0]]
+        return (held, None) if anchor is None else ([anchor[0]], anchor)
 
     def _anchor_named(self, held: list[int]) -> tuple[int, int, int] | None:
         """NOTE [ A stream state that holds no sample ]
@@ -468,10 +473,7 @@ class Pass:
         held: list[int] = []  # built once per state (a loop may take one every step), and
         anchor = None  # not for a source that seeks and has a length (no digest, no segments)
         if not self.o.seekable or self.checks_lengths:
-            held = self._positions() + self._stand_ins()
-            anchor = self._anchor_named(held)
-            if anchor is not None:
-                held = [anchor[0]]
+            held, anchor = self._held_and_anchor()
         if self.o.seekable:  # NOTE [ Seeking a source ]: positions only, the source seeks
             source: dict[str, Any] = {"position": self.read, "state": None, "seek": True}
         else:
