@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from bucketloader.stream import BucketIterable, PackIterable  # noqa: E402
 from bucketloader.stream._engine import TRACE_MOD, Pass, lengths_digest  # noqa: E402
+from bucketloader.stream._rows import RowPass  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "stream_state_cost.md"
 N = 50_000
@@ -81,6 +82,11 @@ CASES = {
     "PackIterable, row_length=512, open_rows=8, batch_size=8": lambda s: PackIterable(
         s, length_fn="input_ids", row_length=512, batch_size=8, open_rows=8
     ),
+    "PackIterable, row_length=32, open_rows=8, batch_size=8, overflow='split'": lambda s: (
+        PackIterable(
+            s, length_fn="input_ids", row_length=32, batch_size=8, open_rows=8, overflow="split"
+        )
+    ),
     "PackIterable, row_length=512, open_rows=256, batch_size=16, last_batch='fill'": lambda s: (
         PackIterable(
             s,
@@ -123,7 +129,8 @@ def state_row(name: str, make, source) -> list[str]:
         if stream._engine.read >= N // 2:
             break
     engine = stream._engine
-    held = len(set(engine._held_lengths()[0]))
+    version = engine.LENGTHS_VERSION  # (a packing state's: NOTE [ Pieces of one length ])
+    held = len(set(engine._held_lengths(version)[0]))
 
     def without() -> None:
         Pass.checks_lengths = OFF  # type: ignore[assignment,method-assign]
@@ -133,7 +140,7 @@ def state_row(name: str, make, source) -> list[str]:
             Pass.checks_lengths = ORIGINAL  # type: ignore[method-assign]
 
     with_digest, off, alone = fastest_us(
-        [stream.state_dict, without, lambda: lengths_digest(*engine._held_lengths())]
+        [stream.state_dict, without, lambda: lengths_digest(*engine._held_lengths(version))]
     )
     return [
         name,
@@ -264,6 +271,58 @@ def trace_share(make, source) -> list[str]:
     ]
 
 
+SPLIT_CASES = {
+    "PackIterable, row_length=32, open_rows=8, batch_size=8, overflow='split'": CASES[
+        "PackIterable, row_length=32, open_rows=8, batch_size=8, overflow='split'"
+    ],
+    "PackIterable, row_length=32, batch_size=8 (default open_rows=256), overflow='split'": (
+        lambda s: PackIterable(
+            s, length_fn="input_ids", row_length=32, batch_size=8, overflow="split"
+        )
+    ),
+}
+
+
+def whole_share(make, source) -> list[str]:
+    """NOTE [ Pieces of one length ] (s34): the whole length a packing pass keeps of each
+    document its overflow policy cuts (``RowPass._keep_whole``: a dict store, and now and then
+    the letting go of those no longer held), timed call by call inside real passes (the
+    fastest pass of :data:`PASSES`, CPU time, garbage collector off; the timer's own cost is
+    in it), per batch, and set against those passes' time without the timer."""
+    keep = RowPass._keep_whole
+    spent = [0.0]
+
+    def timed(self, pos, length, read):
+        t = time.process_time()
+        keep(self, pos, length, read)
+        spent[0] += time.process_time() - t
+
+    best = float("inf")
+    batches = cuts = 0
+    RowPass._keep_whole = timed  # type: ignore[method-assign]
+    try:
+        for _ in range(PASSES):
+            spent[0] = 0.0
+            stream = make(source)
+            gc.collect()
+            gc.disable()
+            batches = sum(1 for _ in stream)
+            gc.enable()
+            cuts = stream.stats["split"]
+            best = min(best, spent[0])
+    finally:
+        RowPass._keep_whole = keep  # type: ignore[method-assign]
+    stream = make(source)
+    bare = min(_pass(stream)[0] for _ in range(PASSES)) / batches * 1e6
+    per = best / batches * 1e6
+    return [
+        f"{batches:,}",
+        f"{cuts / batches:.1f}",
+        f"{bare:,.1f}",
+        f"{per:.2f} ({per / bare:.1%})",
+    ]
+
+
 def main() -> None:
     t0 = time.perf_counter()
     source = Plain(rows())
@@ -272,6 +331,7 @@ def main() -> None:
     uniform = np.random.default_rng(0).integers(1, 300, 40_000).tolist()
     docs = Plain([{"input_ids": [1] * n} for n in uniform])
     passes.append([UNIFORM_CASE, *trace_share(TRACE_CASES[DEFAULT_PACK], docs)])
+    wholes = [[name, *whole_share(make, source)] for name, make in SPLIT_CASES.items()]
     load = os.getloadavg()[0]
     lines = [
         "# The lengths check: its cost per state_dict() over a source without a length",
@@ -308,6 +368,18 @@ def main() -> None:
         "| trace now (us a batch, share) | trace now, share of the collated pass |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
         *("| " + " | ".join(r) + " |" for r in passes),
+        "",
+        "The whole lengths a packing pass keeps of the documents its overflow policy cuts (NOTE "
+        "[ Pieces of one length ], s34: a split or truncated document's pieces are digested by "
+        "its whole length): one dict store per cut document, and now and then letting go of "
+        "those no longer held, timed call by call inside a pass (the timer's own cost "
+        f"included; the fastest of {PASSES} passes, CPU time), per batch, against a bare pass "
+        "(the fastest of 5; a pass over documents none of which is cut does none of it).",
+        "",
+        "| stream | batches | cut documents a batch | bare pass (us a batch) "
+        "| whole lengths kept (us a batch, share) |",
+        "|---|---:|---:|---:|---:|",
+        *("| " + " | ".join(r) + " |" for r in wholes),
     ]
     OUT.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

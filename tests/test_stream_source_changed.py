@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, get_worker_info
 
 from bucketloader.plan import DataLossWarning
 from bucketloader.stream import BucketIterable, PackIterable
+from bucketloader.stream._engine import lengths_digest
 from bucketloader.stream.counters import RefusedResume
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -184,6 +185,9 @@ def test_an_edited_lengths_key_is_refused_at_load():
     _, state = _head(MAKERS["bucket"](Src(LENGTHS)), 5)
     with pytest.raises(ValueError, match=r"state\['lengths'\] must be the digest"):
         MAKERS["bucket"](Src(LENGTHS)).load_state_dict({**state, "lengths": 3})
+    for bad in (3, "2", True):  # (NOTE [ Pieces of one length ] in stream._rows)
+        with pytest.raises(ValueError, match=r"state\['lengths_version'\] must be 1 or 2"):
+            MAKERS["bucket"](Src(LENGTHS)).load_state_dict({**state, "lengths_version": bad})
     s = _bucket(Src(LENGTHS), shuffle_buffer=64)
     total = len(list(_loader(s)))
     replay = s.state_dict(batches_consumed=total - 3)  # (the traces of the last 16 are kept)
@@ -739,3 +743,41 @@ def test_a_packing_state_that_holds_no_sample_names_the_newest_document_it_hande
     inserted.load_state_dict(state)
     with pytest.raises(ValueError, match=ANCHORED):
         list(inserted)
+
+
+#: Documents of 16, 32 and 48 tokens (s33-left's sweep): cut into rows of 16 every piece has 16.
+SIXTEENS = (np.random.default_rng(1).integers(1, 4, 60) * 16).tolist()
+
+
+@pytest.mark.parametrize(("overflow", "ks"), [("split", (13, 12)), ("truncate", (6, 12))])
+def test_pieces_of_one_length_are_digested_by_their_document_whole_length(overflow, ks):
+    # s33-left: a state's digest took each piece's size, 16 for every piece, so it could not
+    # tell which document a piece came from, and a document inserted at the front resumed
+    # silently from most states, pieces trained twice or never (NOTE [ Pieces of one length ]
+    # in bucketloader.stream._rows)
+    def make(lengths):
+        return PackIterable(
+            Src(lengths), length_fn="input_ids", row_length=16, batch_size=2, overflow=overflow
+        )
+
+    whole = _ids(make(SIXTEENS))
+    for k in ks:  # (states that resumed silently: 13 and 6 hold no piece, 12 holds two)
+        head, state = _head(make(SIXTEENS), k)
+        again = make(SIXTEENS)
+        again.load_state_dict(state)
+        assert head + _ids(again) == whole, k
+        inserted = make([7, *SIXTEENS])
+        inserted.load_state_dict(state)
+        with pytest.raises(ValueError, match=f"{CHANGED}|{ANCHORED}"):
+            list(inserted)
+        assert state["lengths_version"] == 2, k
+    # a state saved before (no "lengths_version") digested the pieces' sizes (16), of those it
+    # holds or of its anchor: it still resumes, checked as it was
+    old = {key: v for key, v in state.items() if key != "lengths_version"}
+    keys = [p * 65_536 + j for _, _, items in state["open"] for p, j in items]
+    keys += [p * 65_536 + j for items in state["ready"] for p, j in items]
+    keys = keys or [state["anchor"][0] * 65_536 + state["anchor"][1]]
+    old["lengths"] = lengths_digest(keys, [16] * len(keys))
+    again = make(SIXTEENS)
+    again.load_state_dict(old)
+    assert head + _ids(again) == whole

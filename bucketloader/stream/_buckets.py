@@ -661,8 +661,8 @@ class BucketPass(Pass):
             out["fill"] = fill
         return out
 
-    def _held_lengths(self) -> tuple[list[int], list[int]]:
-        keys = [e[0] for e in self.shuffle]
+    def _held_lengths(self, version: int = 1) -> tuple[list[int], list[int]]:
+        keys = [e[0] for e in self.shuffle]  # (one rule: a sample is never cut into pieces)
         lengths = [e[3] for e in self.shuffle]
         for ps, ns in zip(self.bpos, self.blen, strict=True):
             keys += ps
@@ -691,7 +691,7 @@ class BucketPass(Pass):
             raise RefusedResume(message=f"cannot resume: sample {pos} is now dropped by overflow")
         self._got[pos] = prepared
 
-    def _taken_length(self, pos: int, piece: int) -> int:
+    def _taken_length(self, pos: int, piece: int, version: int) -> int:
         return int(self._got[pos][2])
 
     def _restore(self, state: dict[str, Any]) -> None:

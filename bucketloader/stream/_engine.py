@@ -133,6 +133,10 @@ class Pass:
 
     #: The format of this filler's exact state.
     STATE_FORMAT: ClassVar[int]
+    #: The version of the length digest this filler's states record (``"lengths_version"``;
+    #: absent: 1). NOTE [ Pieces of one length ] in :mod:`bucketloader.stream._rows`: a packing
+    #: state's digest counts a cut document's whole length (2).
+    LENGTHS_VERSION: ClassVar[int] = 1
     #: The stream whose pass this is, and what its state holds (for messages).
     OWNER: ClassVar[str]
     HELD: ClassVar[str]
@@ -297,15 +301,17 @@ class Pass:
         """Rebuild the filler's buffers from ``state`` and the samples taken back."""
         raise NotImplementedError
 
-    def _taken_length(self, pos: int, piece: int) -> int:
+    def _taken_length(self, pos: int, piece: int, version: int) -> int:
         """The length of sample ``pos`` (its ``piece``) as a resume took it back, measured as
-        the pass measured it when it handed it out (:attr:`anchor`)."""
+        the pass measured it when it handed it out (:attr:`anchor`), by the rule of digest
+        ``version`` (:attr:`LENGTHS_VERSION`)."""
         raise NotImplementedError
 
-    def _held_lengths(self) -> tuple[list[int], list[int]]:
+    def _held_lengths(self, version: int = 1) -> tuple[list[int], list[int]]:
         """The keys (stream positions; a packing stream's pieces, ``position * 2**16 +
         piece``) and lengths of the samples the state names, as the buffers hold them now
-        (NOTE [ A stream state over a source without a length ])."""
+        (NOTE [ A stream state over a source without a length ]), by the rule of digest
+        ``version`` (:attr:`LENGTHS_VERSION`)."""
         raise NotImplementedError
 
     def _verify(self, state: dict[str, Any]) -> None:
@@ -449,11 +455,12 @@ class Pass:
             return None
         return self.anchor
 
-    def _lengths_digest(self, anchor: tuple[int, int, int] | None) -> str:
-        """The digest of the lengths of what the state names: the samples it holds, or the
-        ``anchor`` alone where it holds none (NOTE [ A stream state that holds no sample ])."""
+    def _lengths_digest(self, anchor: tuple[int, int, int] | None, version: int) -> str:
+        """The digest (by the rule of ``version``) of the lengths of what the state names: the
+        samples it holds, or the ``anchor`` alone where it holds none (NOTE [ A stream state
+        that holds no sample ])."""
         if anchor is None:
-            return lengths_digest(*self._held_lengths())
+            return lengths_digest(*self._held_lengths(version))
         pos, piece, length = anchor
         return lengths_digest([pos * 65_536 + piece], [length])
 
@@ -494,7 +501,9 @@ class Pass:
             "stats": dict(self.stats),
         }
         if self.checks_lengths:  # NOTE [ A stream state over a source without a length ]
-            out["lengths"] = self._lengths_digest(anchor)
+            out["lengths"] = self._lengths_digest(anchor, self.LENGTHS_VERSION)
+            if self.LENGTHS_VERSION > 1:  # (NOTE [ Pieces of one length ] in stream._rows)
+                out["lengths_version"] = self.LENGTHS_VERSION
             if anchor is not None:  # NOTE [ A stream state that holds no sample ]
                 out["anchor"] = [anchor[0], anchor[1]]
             if self.trace is not None:  # NOTE [ A replay over a source without a length ]
@@ -568,14 +577,19 @@ class Pass:
         self.batches = int(state["batches"])
         self.phase = state["phase"]
         anchor = state.get("anchor")  # (read back with the held samples: before _restore)
-        if anchor is not None:
+        version = int(state.get("lengths_version", 1))  # (the rule the state's digest took)
+        checked = None
+        if anchor is not None:  # (measured by this version's rule for the states to come)
             pos, piece = int(anchor[0]), int(anchor[1])
-            self.anchor = (pos, piece, self._taken_length(pos, piece))
+            self.anchor = (pos, piece, self._taken_length(pos, piece, self.LENGTHS_VERSION))
+            checked = (pos, piece, self._taken_length(pos, piece, version))
         self._restore(state)
-        self._check_lengths(state)
+        self._check_lengths(state, checked, version)
         self._verify(state)
 
-    def _check_lengths(self, state: dict[str, Any]) -> None:
+    def _check_lengths(
+        self, state: dict[str, Any], anchor: tuple[int, int, int] | None, version: int
+    ) -> None:
         """NOTE [ A stream state over a source without a length ]
         A state names the samples it holds (shuffle buffer, bucket buffers or open rows, the
         samples a fill or a dry step reuses) by their positions in the worker's stream, and a
@@ -603,12 +617,13 @@ class Pass:
         as any pass would). A source that reads differently each time (a random crop or
         augmentation that changes lengths) is refused too: its held samples come back at other
         lengths, which would not fit the buckets or rows the state put them in. A state saved
-        before the digest was recorded resumes unchecked, as before."""
+        before the digest was recorded resumes unchecked, as before. ``anchor`` is the state's
+        (NOTE [ A stream state that holds no sample ]) as read back, measured by the rule of
+        digest ``version``, the state's."""
         saved = state.get("lengths")
         if saved is None:
             return
-        anchor = self.anchor if state.get("anchor") is not None else None
-        mine = self._lengths_digest(anchor)
+        mine = self._lengths_digest(anchor, version)
         if mine == saved:
             return
         if anchor is not None:

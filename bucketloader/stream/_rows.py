@@ -206,6 +206,7 @@ class RowPass(Pass):
     """Open rows and closed rows of one pass; :meth:`run` is the generator of batches."""
 
     STATE_FORMAT = STATE_FORMAT
+    LENGTHS_VERSION = 2  # NOTE [ Pieces of one length ]
     OWNER = "PackIterable"
     HELD = "the documents of its open and closed rows and of the rows a fill reuses"
     STEPS_HINT = "the tokens per rank / (batch_size * row_length)"
@@ -237,10 +238,15 @@ class RowPass(Pass):
         self._kept: list[tuple[list[tuple[int, int]], list[Any]]] = []
         self._seen: dict[tuple[int, int], int] = {}
         self.tail: tuple[int, int, int] | None = None  # (start, batches, digest) once packed
+        # NOTE [ Pieces of one length ]: the whole length of each document the overflow policy
+        # cut, by position (let go once it is no longer held, when there are _whole_cap)
+        self._whole: dict[int, int] = {}
+        self._whole_cap = 256
 
     # -- per document -----------------------------------------------------------------------
-    def pieces(self, pos: int, sample: Any) -> list[tuple[int, Any, int]]:
-        """``[(piece, sample, tokens)]`` after the overflow policy (empty when dropped)."""
+    def pieces(self, pos: int, sample: Any, *, read: bool = True) -> list[tuple[int, Any, int]]:
+        """``[(piece, sample, tokens)]`` after the overflow policy (empty when dropped);
+        ``read``: the pass reads it (not a resume taking it back)."""
         o = self.o
         n = check_length(o.measure(sample), pos)
         if type(sample) in _NUMBERS:
@@ -268,6 +274,8 @@ class RowPass(Pass):
             self.stats["overflow_dropped"] += 1
             self.left_out()
             return []
+        if self.traced:  # (over a source without a length: NOTE [ Pieces of one length ])
+            self._keep_whole(pos, n, read)
         if o.overflow == "truncate":
             self.stats["truncated"] += 1
             return [(0, cut(sample, n, 0, limit), limit)]
@@ -276,6 +284,34 @@ class RowPass(Pass):
             (j, cut(sample, n, a, min(a + limit, n)), min(a + limit, n) - a)
             for j, a in enumerate(range(0, n, limit))
         ]
+
+    def _keep_whole(self, pos: int, length: int, read: bool) -> None:
+        """NOTE [ Pieces of one length ]
+        ``overflow="split"`` cuts a document into pieces of ``row_length`` tokens (the last one
+        shorter) and ``"truncate"`` keeps its first ``row_length``: such pieces have one length
+        whatever document they came from. A state's length digest (NOTE [ A stream state over a
+        source without a length ] in :mod:`bucketloader.stream._engine`) took each held piece's
+        size, and its anchor's (NOTE [ A stream state that holds no sample ]), so it could not
+        tell which document a piece came from: over documents of 16, 32 and 48 tokens split
+        into rows of 16, one document inserted at the front of the source resumed silently from
+        26 of 58 states (s33-left's sweep), pieces trained twice or never. So a packing state's
+        digest takes, for each piece of a cut document, the document's whole ``length`` (as
+        measured before the policy), as the replay trace folds a split document's whole length
+        since s32 (:meth:`_trace_split`); an anchor that is such a piece too. The state says so
+        (``"lengths_version": 2``, :attr:`LENGTHS_VERSION`); one saved before (none) is checked
+        by the pieces' sizes, as it was. A pass over a source without a length (whose states
+        digest) keeps the whole length of each cut document (``_whole``, by position: those no
+        longer held are let go when a ``read`` one finds ``_whole_cap`` kept; a resume keeps
+        those it takes back): one dict store per cut document, and one lookup per held piece at
+        ``state_dict()`` while any is kept. Left: documents of one whole length (a piece of one
+        in place of a piece of the other reads alike), as any digest of lengths leaves."""
+        whole = self._whole
+        if read and len(whole) >= self._whole_cap:
+            held = set(self._positions())
+            held.update(self._stand_ins())
+            whole = self._whole = {p: n for p, n in whole.items() if p in held}
+            self._whole_cap = max(256, 2 * len(whole))
+        whole[pos] = length
 
     def _trace_split(self, length: int) -> None:
         """Fold the whole ``length`` of a document ``overflow="split"`` cut into the trace when it
@@ -342,9 +378,10 @@ class RowPass(Pass):
             # last document is its newest.
             r = max(range(len(take)), key=lambda i: _newest_item(take[i]))
             item = take[r][0][-1]
-            if self.anchor is None or item > self.anchor[:2]:  # (its size, measured above)
+            if self.anchor is None or item > self.anchor[:2]:  # (its size, measured above; a
+                # cut document's whole length: NOTE [ Pieces of one length ])
                 end = sum(len(samples) for _, samples in take[: r + 1])
-                self.anchor = (*item, sizes[end - 1])
+                self.anchor = (*item, self._whole.get(item[0], sizes[end - 1]))
         if self._fills:
             take = self._top_up(take)
             return [s for _, samples in take for s in samples]
@@ -581,7 +618,7 @@ class RowPass(Pass):
             out["tail"] = list(self.tail)
         return out
 
-    def _held_lengths(self) -> tuple[list[int], list[int]]:
+    def _held_lengths(self, version: int = 1) -> tuple[list[int], list[int]]:
         keys: list[int] = []
         lengths: list[int] = []
         for row in self.rows.values():
@@ -596,6 +633,10 @@ class RowPass(Pass):
             for items, samples in rows:
                 keys += [p * 65_536 + j for p, j in items]
                 lengths += [measure(d) for d in samples]
+        whole = self._whole
+        if version > 1 and whole:  # a cut document's pieces: its whole length (NOTE [ Pieces of
+            # one length ]; a key's high bits are its position)
+            lengths = [whole.get(k >> 16, n) for k, n in zip(keys, lengths, strict=True)]
         return keys, lengths
 
     def _wanted(self, state: dict[str, Any]) -> set[int]:
@@ -605,7 +646,7 @@ class RowPass(Pass):
         return wanted | {int(p) for items in state["ready"] for p, _ in items}
 
     def _take_back(self, pos: int, sample: Any) -> None:
-        for piece, part, size in self.pieces(pos, sample):
+        for piece, part, size in self.pieces(pos, sample, read=False):
             self._got[(pos, piece)] = (part, size)
 
     def _sample_of(self, x: list[int]) -> tuple[Any, int]:
@@ -617,8 +658,11 @@ class RowPass(Pass):
             )
         return self._got[key]
 
-    def _taken_length(self, pos: int, piece: int) -> int:
-        return int(self.o.measure(self._sample_of([pos, piece])[0]))  # (as _batch measures)
+    def _taken_length(self, pos: int, piece: int, version: int) -> int:
+        part = self._sample_of([pos, piece])[0]
+        if version > 1 and pos in self._whole:  # NOTE [ Pieces of one length ]
+            return self._whole[pos]
+        return int(self.o.measure(part))  # (as _batch measures)
 
     def _verify(self, state: dict[str, Any]) -> None:
         sample_of = self._sample_of

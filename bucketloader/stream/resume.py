@@ -555,6 +555,12 @@ def check_state(
                 f"samples it holds, got {digest!r:.120}; pass a dict from {owner}.state_dict(), "
                 "unedited"
             )
+        version = state.get("lengths_version")  # NOTE [ Pieces of one length ] in stream._rows
+        if version is not None and (isinstance(version, bool) or version not in (1, 2)):
+            raise ValueError(
+                f"state['lengths_version'] must be 1 or 2 (the rule of its length digest), got "
+                f"{version!r:.120}; pass a dict from {owner}.state_dict(), unedited"
+            )
         anchor = state.get("anchor")  # NOTE [ A stream state that holds no sample ]
         if anchor is not None and not (
             isinstance(anchor, list)
