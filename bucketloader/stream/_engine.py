@@ -424,11 +424,12 @@ class Pass:
         return self._held_and_anchor()[0]
 
     def _held_and_anchor(self) -> tuple[list[int], tuple[int, int, int] | None]:
-        """:meth:`_held`, with the anchor the state names where it holds no sample (NOTE [ A
-        stream state that holds no sample ]; its position is then the one held)."""
+        """:meth:`_held`, with the anchor the state names where the newest sample handed out is
+        newer than every one it holds (NOTE [ A stream state that holds no sample ]; its
+        position is then held too)."""
         held = self._positions() + self._stand_ins()
         anchor = self._anchor_named(held)
-        return (held, None) if anchor is None else ([anchor[0]], anchor)
+        return (held, None) if anchor is None else ([*held, anchor[0]], anchor)
 
     def _anchor_named(self, held: list[int]) -> tuple[int, int, int] | None:
         """NOTE [ A stream state that holds no sample ]
@@ -444,25 +445,39 @@ class Pass:
         and digests
         its length: the resume reads it back with the rest (it is one of the positions the state
         holds, so a source's checkpoints cover it too) and compares. It catches what the digest
-        of a held sample catches (a change before it), no more. Where the state holds a sample
-        it names no anchor (its digest is as before), and a state saved without one (before
-        s33, all-zero digest) still resumes unchecked. Only over a source without a length: one
-        with a length is checked at ``load_state_dict``.
+        of a held sample catches (a change before it), no more.
 
-        Returns the anchor a state holding the ``held`` positions names; ``None``: it holds
-        some, its source has a length, or nothing was handed out yet."""
-        if held or self.anchor is None or not self.checks_lengths:
+        A state that holds samples, all older than the newest one handed out, had the same gap
+        (s34-split): rows close out of read order and buckets fill at their own pace, so a
+        sample inserted after the newest held one and before the newest handed out moved no
+        held sample, and the resume read the newest handed out again and trained it twice (a
+        ``PackIterable`` over documents of 10, then 64 tokens, after 4 batches: it held
+        document 0 and had handed out document 4; a ``BucketIterable`` of two buckets after a
+        batch of one). So a state names the anchor whenever it is newer than every sample the
+        state holds, and digests it with them. A pass resumed from a state that named none
+        goes on without one, which is right: what it had handed out is older than a sample the
+        state held, which is held still or handed out since. Where a held sample is at least
+        as new, no anchor (the digest is as before), and a state saved without one (before
+        s33; one that holds no sample has an all-zero digest and resumes unchecked) resumes as
+        it did. Only over a source without a length: one with a length is checked at
+        ``load_state_dict``.
+
+        Returns the anchor a state holding the ``held`` positions names; ``None``: one of them
+        is at least as new, its source has a length, or nothing was handed out yet."""
+        if self.anchor is None or not self.checks_lengths:
+            return None
+        if held and max(held) >= self.anchor[0]:
             return None
         return self.anchor
 
     def _lengths_digest(self, anchor: tuple[int, int, int] | None, version: int) -> str:
         """The digest (by the rule of ``version``) of the lengths of what the state names: the
-        samples it holds, or the ``anchor`` alone where it holds none (NOTE [ A stream state
-        that holds no sample ])."""
-        if anchor is None:
-            return lengths_digest(*self._held_lengths(version))
-        pos, piece, length = anchor
-        return lengths_digest([pos * 65_536 + piece], [length])
+        samples it holds, and its ``anchor`` (NOTE [ A stream state that holds no sample ])."""
+        keys, lengths = self._held_lengths(version)
+        if anchor is not None:
+            pos, piece, length = anchor
+            keys, lengths = [*keys, pos * 65_536 + piece], [*lengths, length]
+        return lengths_digest(keys, lengths)
 
     def _snapshot(self) -> None:
         """Checkpoint the source at ``read`` (the sample just read, ``read - 1``, is not placed
@@ -613,10 +628,11 @@ class Pass:
         What it catches: a change before the held samples that moves them (inserted, removed,
         reordered), or one of them replaced by a sample of another length. What it does not:
         a change that keeps every held sample's length (a sample edited in place, data of one
-        length), or one after the last held sample (the rest of the epoch reads the new data,
-        as any pass would). A source that reads differently each time (a random crop or
-        augmentation that changes lengths) is refused too: its held samples come back at other
-        lengths, which would not fit the buckets or rows the state put them in. A state saved
+        length), or one after the newest sample the state holds or names (NOTE [ A stream state
+        that holds no sample ]: the rest of the epoch reads the new data, as any pass would). A
+        source that reads differently each time (a random crop or augmentation that changes
+        lengths) is refused too: its held samples come back at other lengths, which would not
+        fit the buckets or rows the state put them in. A state saved
         before the digest was recorded resumes unchecked, as before. ``anchor`` is the state's
         (NOTE [ A stream state that holds no sample ]) as read back, measured by the rule of
         digest ``version``, the state's."""
@@ -626,16 +642,21 @@ class Pass:
         mine = self._lengths_digest(anchor, version)
         if mine == saved:
             return
-        if anchor is not None:
+        keys = self._held_lengths()[0]
+        held = f"the {len(set(keys)):,} samples its state holds ({self.HELD})"
+        if anchor is None:
+            what = (
+                f"{held}, read back at their positions, have other lengths than when it was saved"
+            )
+        elif not keys:
             what = (
                 f"its state holds no sample, and the newest sample it handed out (position "
                 f"{anchor[0]:,}), read back there, has another length than when it was saved"
             )
         else:
-            keys = self._held_lengths()[0]
             what = (
-                f"the {len(set(keys)):,} samples its state holds ({self.HELD}), read back at "
-                "their positions, have other lengths than when it was saved"
+                f"{held} and the newest sample it handed out (position {anchor[0]:,}), read back "
+                "at their positions, have other lengths than when it was saved"
             )
         raise self._changed_source(state, f"{what} (length digest {mine}, the state's {saved})")
 
