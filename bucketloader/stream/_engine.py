@@ -710,8 +710,10 @@ class Pass:
             )
             way = (
                 f"For such a source, save the state after a multiple of num_workers={workers} "
-                "batches, or make it a torch.utils.data.IterableDataset (recognised: its "
-                "state_dict then asks for such a count). Else resume"
+                "batches, before any worker finished, or make it a "
+                "torch.utils.data.IterableDataset (recognised: its state_dict then needs no such "
+                "count once a worker finished, and else names the counts that resume). Else "
+                "resume"
             )
         else:
             way = "Resume"

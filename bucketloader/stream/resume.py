@@ -876,16 +876,23 @@ def replay_state(
         skip = [len(range(w, k, workers)) for w in range(workers)]
         first = k % workers
     else:
-        skip, first = split_round_robin(
-            k, [produced[w] if w in rows and rows[w]["done"] else None for w in range(workers)]
-        )
+        totals = [produced[w] if w in rows and rows[w]["done"] else None for w in range(workers)]
+        skip, first = split_round_robin(k, totals)
+        if first and self_sharding(source) and first == _first_running(skip, totals):
+            first = 0  # (NOTE [ A source that shards itself, once a worker finished ])
     if first and self_sharding(source):
-        lo = k - k % workers
+        if scheduled:
+            counts = f"{k - first} or {k - first + workers}"
+        else:
+            below, above = unrotated_counts(k, totals)
+            counts = f"{below}" if above is None else f"{below} or {above}"
         raise ValueError(
             f"cannot resume exactly after {k} batches with {workers} DataLoader workers: "
-            f"a new DataLoader starts at worker 0, the next batch is worker {first}'s, and "
-            f"{type(source).__name__} shards itself by worker id; save the state after "
-            f"a multiple of num_workers batches (e.g. {lo} or {lo + workers})"
+            f"a new DataLoader starts at worker 0 (the first still running), the next batch is "
+            f"worker {first}'s, and {type(source).__name__} shards itself by worker id; save "
+            "the state after a multiple of num_workers batches while every worker runs, else "
+            "after a count whose next batch is the first running worker's (the nearest here: "
+            f"{counts})"
         )
     out = {
         "format": fmt,
@@ -949,6 +956,58 @@ def resume_lane(
             f"{where(worker)}; resume with the same num_workers as when the state was taken"
         )
     return worker, 0
+
+
+def _first_running(got: list[int], totals: list[int | None]) -> int:
+    """The first worker still running once each made ``got`` batches (``totals``: as
+    :func:`split_round_robin`'s; 0 where none is)."""
+    for w, top in enumerate(totals):
+        if top is None or got[w] < top:
+            return w
+    return 0
+
+
+def unrotated_counts(consumed: int, totals: list[int | None]) -> tuple[int, int | None]:
+    """NOTE [ A source that shards itself, once a worker finished ]
+    A source that splits itself among DataLoader workers (a torch ``IterableDataset``) resumes
+    by replay only where the lanes need no rotation: a new DataLoader asks worker 0 first, and
+    each worker reads its own share. ``state_dict(batches_consumed=k)`` refused a ``k`` whose
+    next batch was another worker's, advising "a multiple of num_workers batches (e.g. 42 or
+    44)"; once a worker finished, the DataLoader's round robin skips it, so that advice was
+    wrong, and at ``k = 42`` itself (s33-left). Finished workers play no part in a resume: a
+    worker whose lane made all its batches replays them and stops, and the DataLoader goes on
+    to the next. So a state needs no rotation where the next batch is the first running
+    worker's, and records none there (``"first"`` 0); else the refusal names the nearest
+    counts that need none: this function, for the round robin of :func:`split_round_robin`
+    (a worker still running taken to go on).
+
+    Returns the most batches at or below ``consumed`` and the fewest above it (``None``: none
+    before every worker finished) after which the next batch is the first running worker's.
+
+    Example:
+        >>> unrotated_counts(5, [None, None])
+        (4, 6)
+        >>> unrotated_counts(7, [None, 2, None])  # worker 1 made its 2: then 0 and 2 alternate
+        (6, 8)
+        >>> unrotated_counts(3, [None, 2])  # worker 1 made its 2 in 4: then worker 0 alone
+        (2, 4)
+    """
+    got = [0] * len(totals)
+    below, n = 0, 0
+    while True:
+        moved = False
+        for w, top in enumerate(totals):
+            if top is not None and got[w] >= top:
+                continue
+            if w == _first_running(got, totals):  # (batch n is worker w's)
+                if n > consumed:
+                    return below, n
+                below = n
+            got[w] += 1
+            n += 1
+            moved = True
+        if not moved:  # every worker finished after n batches
+            return (n, None) if n <= consumed else (below, n)
 
 
 def split_round_robin(consumed: int, totals: list[int | None]) -> tuple[list[int], int]:
