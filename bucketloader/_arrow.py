@@ -606,6 +606,55 @@ def numbers_throughout(arrays: Iterable[Any]) -> list[str] | None:
     return examples or None
 
 
+#: Rows of an indices mapping whose values are taken at a time (NOTE [ The rows a dataset
+#: holds ]): at most :data:`NUMBER_TEXT_LONGEST` characters each by then.
+HELD_BATCH = 65_536
+
+
+def held_numbers(arr: Any, indices: Any = None) -> list[str] | None:
+    """:func:`numbers_throughout` over the rows of the column ``arr`` (an Arrow array or
+    chunked array) that a dataset holds: ``indices``, its indices mapping (row ``i`` is
+    physical row ``indices[i]``), or every row where ``None``.
+
+    NOTE [ The rows a dataset holds ]
+    A ``datasets.Dataset`` after ``filter``, ``select``, ``shuffle`` or ``train_test_split``
+    keeps its whole Arrow table and adds an indices mapping: its rows are the mapping's, not the
+    table's. Judged on the table, a column of lengths written as text whose filter dropped the
+    one row of real text (``dataset.filter(lambda r: r['n'].isdigit())``) was measured in
+    characters, "120" as 3, silently; a table of numbers was refused for a split that holds none
+    of them; and a negative or NaN length that a filter dropped (the fix such an error names)
+    was refused all the same (s34). ``hf.lengths`` and the streams over a ``datasets.Dataset``
+    judge and measure the rows held instead, without copying the table: a held row longer than
+    any number (its bytes, read from the string offsets alone, above 4 x
+    :data:`NUMBER_TEXT_LONGEST`) settles the column as text, no value read; else the held rows,
+    short ones all, are taken :data:`HELD_BATCH` at a time until a batch settles it.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> column = pa.chunked_array([["120", "3"], ["a word", "45"]])
+        >>> held_numbers(column) is None, held_numbers(column, [3, 0])
+        (True, ['45', '120'])
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    chunks = arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]
+    if indices is None:
+        return numbers_throughout(chunks)
+    rows = np.asarray(indices, dtype=np.int64)
+    if not rows.size:
+        return None
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        sizes = [pc.binary_length(c).fill_null(0).to_numpy(zero_copy_only=False) for c in chunks]
+        if int(np.concatenate(sizes)[rows].max()) > 4 * NUMBER_TEXT_LONGEST:
+            return None  # (a held row longer than any number: text, as numbers_as_text finds)
+    column = arr if isinstance(arr, pa.ChunkedArray) else pa.chunked_array([arr])
+    return numbers_throughout(
+        column.take(pa.array(rows[i : i + HELD_BATCH])) for i in range(0, rows.size, HELD_BATCH)
+    )
+
+
 def numbers_as_text_error(column: str, examples: list[str], fix: str, chars: str) -> str:
     """The one error for a string column of numbers (NOTE [ Numbers written as text ]): ``fix``
     reads them as integers; ``chars`` measures the text in characters after all (a column of
