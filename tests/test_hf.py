@@ -138,9 +138,15 @@ def test_a_filtered_dataset_is_judged_on_the_rows_it_holds_not_its_table():
 
     ecoli = load_real("ecoli")[:400]
     text = [str(n) for n in ecoli]
-    raw = datasets.Dataset.from_dict({"n": [*text[:200], "see the notes", *text[200:]]})
-    assert hf.lengths(raw, "n")[200] == len("see the notes")  # the table: text, characters
-    for held in (raw.filter(lambda r: r["n"].isdigit()), raw.select([*range(200), 201, 0])):
+    note = "see the notes " * 20  # (longer than any number: text, from its offsets alone)
+    raw = datasets.Dataset.from_dict({"n": [*text[:200], note, *text[200:]]})
+    assert hf.lengths(raw, "n")[200] == len(note)  # the table: text, in characters
+    views = (  # (the last: a mapping over a slice of the table, its offsets shifted)
+        raw.filter(lambda r: r["n"].isdigit()),
+        raw.select([*range(200), 201, 0]),
+        raw.select(range(1, 401)).filter(lambda r: len(r["n"]) < 10),
+    )
+    for held in views:
         with pytest.raises(ValueError) as info:
             hf.lengths(held, "n")
         message = str(info.value)
