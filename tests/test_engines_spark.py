@@ -656,16 +656,28 @@ def test_a_string_column_of_numbers_is_refused_not_measured_in_characters(spark)
     rows = [(None if i % 50 == 0 else str(n), int(n), "x" * int(n % 9 + 1)) for i, n in
             enumerate(ecoli)]  # fmt: skip
     df = spark.createDataFrame(rows, "s string, n long, w string").repartition(3)
-    for column in ("s", ["n", "s"]):
+    # s34: over several columns the fix named the one cast column, spark_histogram(df,
+    # F.col('s').cast('bigint')), a call that dropped the others; it names the whole call, each
+    # column of numbers cast
+    for column, call in (
+        ("s", "{}"),
+        (["n", "s"], "['n', {}]"),
+        (["s", F.length("w"), "t"], "[{}, Column<'length(w)'>, {}]"),
+    ):
         with pytest.raises(ValueError) as info:
-            spark_histogram(df, column, nulls="skip")
+            spark_histogram(df.withColumn("t", F.col("s")), column, nulls="skip")
         message = str(info.value)
         assert "column 's' is a string column whose every value is a number" in message, message
-        assert "spark_histogram(df, F.col('s').cast('bigint'))" in message
-        assert message.endswith("count its characters: spark_histogram(df, F.length('s'))")
+        cast = call.replace("{}", "F.col('s').cast('bigint')", 1)
+        cast = cast.replace("{}", "F.col('t').cast('bigint')")
+        assert f"spark_histogram(df, {cast}); or" in message, message
+        chars = call.replace("{}", "F.length('s')", 1).replace("{}", "F.length('t')")
+        assert message.endswith(f"count its characters: spark_histogram(df, {chars})")
     fixed = spark_histogram(df, F.col("s").cast("bigint"), nulls="skip").histogram  # the fix
     kept = [n for i, n in enumerate(ecoli) if i % 50]
     assert fixed == LengthHistogram.from_lengths(kept)
+    both = spark_histogram(df, ["n", F.col("s").cast("bigint")], nulls="skip").histogram
+    assert both == JointHistogram.from_lengths([(n, n) for n in kept])
     # short text that is not numbers alone is text: characters
     r = spark_histogram(df, "w")
     assert r.histogram == LengthHistogram.from_lengths(ecoli % 9 + 1)
