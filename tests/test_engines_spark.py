@@ -162,6 +162,11 @@ def test_nulls_expressions_and_bucket_ids(spark):
         spark_bucket_ids(df, [1, 2], "ids", nulls="skip").collect()
     with pytest.raises(Exception, match=r"null row .* without the column reads as null rows"):
         spark_bucket_ids(df, [1, 3], "ids").collect()  # nulls="raise" names both causes
+    # s34: a negative length went to bucket 0 (-1 <= the first boundary), silently, where
+    # spark_histogram, Ray and the local paths refuse it
+    negative = spark.createDataFrame([(3,), (-1,), (5,)], "n long")
+    with pytest.raises(Exception, match=r"negative length -1; lengths count elements: fix or"):
+        spark_bucket_ids(negative, [2, 8], "n").collect()
 
 
 def test_a_row_null_in_any_column_is_one_null_row(spark):

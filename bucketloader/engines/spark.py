@@ -245,12 +245,12 @@ def spark_bucket_ids(
     """``df`` with an integer column ``name``: each row's bucket under ``boundaries``.
 
     Bucket ``i`` holds lengths ``b[i-1] < L <= b[i]``
-    (:func:`~bucketloader.boundaries.assign_buckets`). A pure column expression (no Python
-    UDF); a length above the last boundary (or a null row with ``nulls="raise"``) fails the
-    job with Spark's ``raise_error``; with ``nulls="skip"`` a null row gets a null bucket. A
-    string column (measured in characters) is looked at first, as :func:`spark_histogram` does:
-    one job, stopping at a value that is not a number; numbers alone are refused (NOTE
-    [ Numbers written as text ] in :mod:`bucketloader._arrow`).
+    (:func:`~bucketloader.boundaries.assign_buckets`). A pure column expression (no Python UDF);
+    a length above the last boundary, a negative one (or a null row with ``nulls="raise"``)
+    fails the job with Spark's ``raise_error``; with ``nulls="skip"`` a null row gets a null
+    bucket. A string column (measured in characters) is looked at first, as
+    :func:`spark_histogram` does: one job, stopping at a value that is not a number; numbers
+    alone are refused (NOTE [ Numbers written as text ] in :mod:`bucketloader._arrow`).
 
     Example (needs a SparkSession ``spark``; run by ``tests/test_engines_spark.py``)::
 
@@ -288,7 +288,12 @@ def spark_bucket_ids(
             )
         )
     )
-    expr = F.when(length.isNull(), on_null)
+    negative = F.concat(  # (s34: a negative length went to bucket 0, silently)
+        F.lit("bucketloader: negative length "),
+        length.cast("string"),
+        F.lit("; lengths count elements: fix or filter those rows"),
+    )
+    expr = F.when(length.isNull(), on_null).when(length < F.lit(0), F.raise_error(negative))
     for i, edge in enumerate(b.tolist()):
         expr = expr.when(length <= F.lit(edge), F.lit(i))
     too_long = F.concat(
