@@ -176,7 +176,13 @@ def test_progress_counts_every_fragment_of_a_file(tmp_path, capsys):
     ("make", "column", "kind", "message"),
     [
         (lambda p: pa.table({"n": pa.array([], pa.int64())}), "n", ValueError, r"has no rows"),
-        (lambda p: pa.table({"n": [1, 2]}), "m", ValueError, r"column 'm' not found.*\['n'\]"),
+        (lambda p: pa.table({"n": [1, 2]}), "m", ValueError, r"column 'm' not found.*\['n'\]$"),
+        (  # s34: a name missing a letter named no near one
+            lambda p: pa.table({"input_ids": [[1]]}),
+            "input_id",
+            ValueError,
+            r"has columns \['input_ids'\]; did you mean column='input_ids'\?$",
+        ),
         (  # s19: a path into a struct column said 'not found' and named no way to it
             lambda p: pa.table({"meta": [{"n": 3}]}),
             "meta.n",

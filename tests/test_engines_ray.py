@@ -185,6 +185,10 @@ def test_bad_input_one_clear_error(cluster):
     ds = ray.data.from_items([{"n": 1, "f": 1.5, "nested": [[1], [2]]}])
     with pytest.raises(ValueError, match=r"column 'm' not found; the Ray dataset has columns"):
         ray_histogram(ds, "m")
+    with pytest.raises(
+        ValueError, match=r"\['n', 'f', 'nested'\]; did you mean column='nested'\?$"
+    ):
+        ray_histogram(ds, "nestd")  # (s34: a name missing a letter named no near one)
     nested = ray.data.from_items([{"s": {"x": 3}}])  # (s19: a path into a struct)
     with pytest.raises(ValueError, match=r"'s\.x' is a field of the struct column 's'.*length_fn"):
         ray_histogram(nested, "s.x")

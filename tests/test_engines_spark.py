@@ -187,6 +187,8 @@ def test_bad_input_one_clear_error(spark):
     )
     with pytest.raises(ValueError, match=r"column 'm' not found; the DataFrame has columns"):
         spark_histogram(df, "m")
+    with pytest.raises(ValueError, match=r"'big'\]; did you mean column='nested'\?$"):
+        spark_bucket_ids(df, [2], "nestd")  # (s34: a name missing a letter named no near one)
     nested = spark.createDataFrame([((3,),)], "s struct<x:int>")  # (s19: a path into a struct)
     with pytest.raises(ValueError, match=r"'s\.x' is a field of the struct column 's'.*F\.col"):
         spark_histogram(nested, "s.x")

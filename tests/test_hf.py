@@ -190,6 +190,8 @@ def test_errors_name_the_problem():
         hf.lengths(ds, "ids")
     with pytest.raises(KeyError, match=r"not found; the dataset has columns \['ids', 'f'\]"):
         hf.lengths(ds, "input_ids")
+    with pytest.raises(KeyError, match=r"'audio\.array'\); did you mean column='ids'\?"):
+        hf.lengths(ds, "id")  # (s34: a name missing a letter named no near one)
     with pytest.raises(ValueError, match="whole numbers"):
         hf.lengths(ds, "f")
     with pytest.raises(ValueError, match="column must name what to measure"):

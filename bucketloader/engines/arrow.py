@@ -31,7 +31,13 @@ from bucketloader._arrow import (
     skipped_note,
 )
 from bucketloader._types import LazyModule
-from bucketloader._validation import MissingKeyError, check_bool, check_int, checks_options
+from bucketloader._validation import (
+    MissingKeyError,
+    check_bool,
+    check_int,
+    checks_options,
+    did_you_mean,
+)
 from bucketloader.engines._common import (
     Accumulator,
     NumbersAsText,
@@ -125,6 +131,7 @@ def parquet_histogram(
         )
         raise MissingKeyError(
             f"column {missing[0]!r} not found in {what}; it has columns {schema.names}"
+            + did_you_mean("column", missing[0], schema.names)
             + nested_field(missing[0], [f.name for f in schema if pa.types.is_struct(f.type)], fix)
         )
     for c in columns:

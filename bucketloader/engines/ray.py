@@ -26,6 +26,7 @@ from bucketloader._validation import (
     as_lengths,
     batch_lengths,
     check_choice,
+    did_you_mean,
 )
 from bucketloader.boundaries import check_boundaries
 from bucketloader.engines._common import (
@@ -294,6 +295,7 @@ def _check_args(
             )
             raise MissingKeyError(
                 f"column {c!r} not found; the Ray dataset has columns {names}"
+                + did_you_mean("column", c, names)
                 + nested_field(c, _structs(schema), fix)
             )
     for c in columns:  # type: ignore[union-attr]

@@ -24,7 +24,7 @@ from bucketloader._arrow import (
     numbers_as_text_error,
 )
 from bucketloader._types import LazyModule
-from bucketloader._validation import MAX_LENGTH, MissingKeyError
+from bucketloader._validation import MAX_LENGTH, MissingKeyError, did_you_mean
 from bucketloader.boundaries import check_boundaries
 from bucketloader.engines._common import (
     Accumulator,
@@ -557,6 +557,7 @@ def _length_expr(df: Any, column: Any) -> Any:
             fix = f"pass it as a Column, F.col({column!r})"
             raise MissingKeyError(
                 f"column {column!r} not found; the DataFrame has columns {df.columns}"
+                + did_you_mean("column", column, df.columns)
                 + _merged_hint(df, column)
                 + nested_field(
                     column,

@@ -41,6 +41,7 @@ from bucketloader._validation import (
     batch_lengths,
     check_int,
     checks_options,
+    did_you_mean,
 )
 
 if TYPE_CHECKING:
@@ -268,6 +269,7 @@ def resolve_column(table: Any, column: str) -> tuple[Any, str]:
             raise MissingKeyError(
                 f"column {column!r} not found; the dataset has columns {names} "
                 "(reach into a struct with 'column.field', e.g. 'audio.array')"
+                + did_you_mean("column", column, names)
             )
         arr, path = table.column(head), head
         for part in rest.split("."):
