@@ -501,6 +501,16 @@ def test_ray_bucket_ids_checks_a_column_whose_schema_is_not_arrow(cluster, tmp_p
     lists = ray.data.from_pandas(pd.DataFrame({"ids": [[1] * n for n in (3, 1, 2)]}))
     buckets = [r["bucket"] for r in ray_bucket_ids(lists, [1, 2, 3], "ids").take_all()]
     assert sorted(buckets) == [0, 1, 2]
+    # s34's sweep: nested lists in pandas blocks failed inside Ray (its ArrowConversionError and
+    # traceback); ints with a None, stored by pandas as floats, were told to cast to int64
+    arrays = pa.table({"ids": [[[1, 2]], [[3]], [[4, 5, 6]]]}).to_pandas()  # (numpy inside)
+    nested = ray.data.from_pandas(arrays)
+    for call in (lambda: ray_histogram(nested, "ids"), lambda: ray_bucket_ids(nested, [2], "ids")):
+        with pytest.raises(TypeError, match=r"^Ray could not read a block of the dataset as Arrow"):
+            call()
+    holes = ray.data.from_pandas(pd.DataFrame({"n": [3, None, 5]}))
+    with pytest.raises(TypeError, match=r"stored as floats, NaN for None\): fill or drop"):
+        ray_histogram(holes, "n")
 
 
 def test_ray_bucket_ids_runs_the_dataset_only_where_its_docs_say(cluster, tmp_path):

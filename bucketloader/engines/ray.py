@@ -298,8 +298,18 @@ def _check_args(
                 + did_you_mean("column", c, names)
                 + nested_field(c, _structs(schema), fix)
             )
+    import pyarrow as pa
+
     for c in columns:  # type: ignore[union-attr]
         t = _arrow_type(schema, c)
+        pandas = not isinstance(getattr(schema, "base_schema", None), pa.Schema)
+        if t is not None and pandas and pa.types.is_floating(t):  # (s34's sweep)
+            raise TypeError(
+                f"column {c!r} holds {t} numbers; lengths are whole numbers (in pandas blocks, "
+                "a column of ints with a missing value is stored as floats, NaN for None): fill "
+                "or drop the rows without one, then cast the column to int64 (ds.map_batches), "
+                "or pass length_fn="
+            )
         if t is not None:  # (a pandas block's float column too: Ray types it float64)
             check_arrow_type(t, c)
     return columns, None, nulls
@@ -432,6 +442,10 @@ def _run(ray: Any, job: Callable[[], Any]) -> Any:
     Ray wraps a task's exception (``RayTaskError(UserCodeException)``) with the worker's
     traceback; the message of our own ``ValueError`` / ``TypeError`` (one line) is its last
     ``ValueError: ...`` line, re-raised here without the noise.
+
+    A block Ray cannot turn into Arrow (a pandas block's column of nested lists or mixed Python
+    objects: ``ArrowConversionError``, in a task or on the driver) is one error with the way on,
+    not Ray's traceback (s34's sweep: ``from_pandas`` of nested lists).
     """
     try:
         return job()
@@ -440,7 +454,34 @@ def _run(ray: Any, job: Callable[[], Any]) -> Any:
         if found:
             kind, message = found[-1]
             raise (ValueError if kind == "ValueError" else TypeError)(message) from exc
+        if _not_arrow(exc):
+            raise TypeError(_not_arrow(exc)) from None
         raise
+    except Exception as exc:
+        if _not_arrow(exc):
+            raise TypeError(_not_arrow(exc)) from None
+        raise
+
+
+def _not_arrow(exc: BaseException) -> str:
+    """The error for Ray's ``ArrowConversionError`` (``exc`` or its cause), else ``""``."""
+    names = {c.__name__ for c in type(exc).__mro__} | {type(exc.__cause__).__name__}
+    if "ArrowConversionError" not in names and "ArrowConversionError" not in repr(exc)[:300]:
+        return ""
+    said = next(
+        (
+            line.strip()
+            for line in str(exc).splitlines()
+            if "Error converting data to Arrow" in line
+        ),
+        "Error converting data to Arrow",
+    )
+    return (
+        f"Ray could not read a block of the dataset as Arrow to measure it ({said:.160}): a "
+        "pandas column of nested lists or of mixed Python objects has no Arrow type; pass "
+        "length_fn= instead of column= (it reads numpy batches), e.g. length_fn=lambda batch: "
+        "[len(x) for x in batch['ids']], or store the column as lists of numbers"
+    )
 
 
 _ERROR_LINE = re.compile(r"^(ValueError|TypeError|MissingKeyError): (.+)$", re.MULTILINE)
