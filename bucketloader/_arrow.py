@@ -606,6 +606,81 @@ def numbers_throughout(arrays: Iterable[Any]) -> list[str] | None:
     return examples or None
 
 
+#: Rows of an indices mapping judged at a time (NOTE [ The rows a dataset holds ]): their values
+#: are taken only where each is 4 x :data:`NUMBER_TEXT_LONGEST` bytes or less.
+HELD_BATCH = 65_536
+
+
+def held_numbers(arr: Any, indices: Any = None) -> list[str] | None:
+    """:func:`numbers_throughout` over the rows of the column ``arr`` (an Arrow array or
+    chunked array) that a dataset holds: ``indices``, its indices mapping (row ``i`` is
+    physical row ``indices[i]``), or every row where ``None``.
+
+    NOTE [ The rows a dataset holds ]
+    A ``datasets.Dataset`` after ``filter``, ``select``, ``shuffle`` or ``train_test_split``
+    keeps its whole Arrow table and adds an indices mapping: its rows are the mapping's, not the
+    table's. Judged on the table, a column of lengths written as text whose filter dropped the
+    one row of real text (``dataset.filter(lambda r: r['n'].isdigit())``) was measured in
+    characters, "120" as 3, silently; a table of numbers was refused for a split that holds none
+    of them; and a negative or NaN length that a filter dropped (the fix such an error names)
+    was refused all the same (s34). ``hf.lengths`` and the streams over a ``datasets.Dataset``
+    judge and measure the rows held instead, without copying the table, a batch of rows at a
+    time (1,024, doubling up to :data:`HELD_BATCH`), in the mapping's order: a batch holding a
+    row longer than any number (its bytes, from the string offsets alone, above 4 x
+    :data:`NUMBER_TEXT_LONGEST`) settles the column as text, no value read; else its rows (128
+    bytes at most each) are taken and judged, until a batch settles it (for real text, the
+    first). Cost: ``benchmarks/hf_filtered.py``.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> column = pa.chunked_array([["120", "3"], ["a word", "45"]])
+        >>> held_numbers(column) is None, held_numbers(column, [3, 0])
+        (True, ['120', '45'])
+        >>> held_numbers(pa.chunked_array([["a word " * 20, "120", "3"]]).slice(1), [1, 0])
+        ['120', '3']
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    chunks = arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]
+    if indices is None:
+        return numbers_throughout(chunks)
+    rows = np.asarray(indices, dtype=np.int64)
+    sizes = None
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        import pyarrow.compute as pc
+
+        sizes = pc.binary_length(arr).fill_null(0).to_numpy(zero_copy_only=False)
+    starts = np.cumsum([0, *(len(c) for c in chunks)])
+    examples: list[str] = []
+    at, size = 0, 1024  # (growing to HELD_BATCH: real text settles in the first, small)
+    while at < rows.size:
+        part, at, size = rows[at : at + size], at + size, min(2 * size, HELD_BATCH)
+        if sizes is not None and int(sizes[part].max()) > 4 * NUMBER_TEXT_LONGEST:
+            return None  # (a held row longer than any number: text, no value read)
+        found = numbers_as_text(_take(chunks, starts, part))
+        if found is None:
+            return None
+        examples = examples or found
+    return examples or None
+
+
+def _take(chunks: Sequence[Any], starts: Any, rows: Any) -> Any:
+    """The values of ``rows`` (in physical order) of the column whose ``chunks`` begin at rows
+    ``starts``, each taken from its own chunk: pyarrow's ``take`` of a chunked array took 16 ms
+    for 1,024 rows of a 1,000-chunk column (a ``load_from_disk`` dataset's), these 1-2 ms."""
+    import numpy as np
+    import pyarrow as pa
+
+    rows = np.sort(rows)
+    which = np.searchsorted(starts, rows, side="right") - 1
+    groups = np.split(np.arange(rows.size), np.flatnonzero(np.diff(which)) + 1)
+    return pa.chunked_array(
+        [chunks[which[g[0]]].take(pa.array(rows[g] - starts[which[g[0]]])) for g in groups],
+        type=chunks[0].type,
+    )
+
+
 def numbers_as_text_error(column: str, examples: list[str], fix: str, chars: str) -> str:
     """The one error for a string column of numbers (NOTE [ Numbers written as text ]): ``fix``
     reads them as integers; ``chars`` measures the text in characters after all (a column of

@@ -129,7 +129,10 @@ def length_of(value: Any, *, what: str = "the value") -> int:
         value = value["array"]
     if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
         if value < 0:
-            raise ValueError(f"{what} is a negative length, {int(value)}")
+            raise ValueError(
+                f"{what} is a negative length, {int(value)}; lengths count elements: fix or "
+                "filter that sample"
+            )
         return int(value)
     shape = getattr(value, "shape", None)
     if shape is not None and len(shape) > 0:
@@ -144,6 +147,15 @@ def length_of(value: Any, *, what: str = "the value") -> int:
             f"{what} is None (a null: a missing value in the data set), which has no length; "
             f"filter those samples out first, e.g. dataset.filter(lambda s: s{field} is not "
             "None), or pass a length_fn that gives them a length"
+        )
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+        # (s34: a float length column, read by its key, said only "got float", no way on)
+        said = "NaN, a missing length" if value != value else repr(value)
+        read = what if what.startswith("sample[") else "sample[...]"
+        raise TypeError(
+            f"{what} has no length: got the float {said}; a length is an int count: filter "
+            "out the samples without one (NaN), and read the rest as ints with a callable, "
+            f"e.g. lambda sample: math.ceil({read})"
         )
     raise TypeError(
         f"{what} has no length: got {type(value).__name__}; lengths are taken from sequences "
@@ -191,8 +203,12 @@ def measured(sample: Any, key: Any = None, *, arg: str = "key") -> tuple[Any, st
             value = sample[key]
         except (KeyError, IndexError, TypeError):
             have = list(sample)[:8] if isinstance(sample, Mapping) else type(sample).__name__
+            from bucketloader._validation import did_you_mean
+
+            close = did_you_mean(arg, key, sample) if isinstance(sample, Mapping) else ""
             raise ValueError(
-                f"{arg}={key!r} is not in the samples (a sample has {have}); pass one of its keys"
+                f"{arg}={key!r} is not in the samples (a sample has {have}); pass one of its "
+                f"keys{close}"
             ) from None
         return value, f"sample[{key!r}]"
     if isinstance(sample, Mapping):

@@ -176,7 +176,13 @@ def test_progress_counts_every_fragment_of_a_file(tmp_path, capsys):
     ("make", "column", "kind", "message"),
     [
         (lambda p: pa.table({"n": pa.array([], pa.int64())}), "n", ValueError, r"has no rows"),
-        (lambda p: pa.table({"n": [1, 2]}), "m", ValueError, r"column 'm' not found.*\['n'\]"),
+        (lambda p: pa.table({"n": [1, 2]}), "m", ValueError, r"column 'm' not found.*\['n'\]$"),
+        (  # s34: a name missing a letter named no near one
+            lambda p: pa.table({"input_ids": [[1]]}),
+            "input_id",
+            ValueError,
+            r"has columns \['input_ids'\]; did you mean column='input_ids'\?$",
+        ),
         (  # s19: a path into a struct column said 'not found' and named no way to it
             lambda p: pa.table({"meta": [{"n": 3}]}),
             "meta.n",
@@ -1076,6 +1082,22 @@ def test_a_string_column_of_numbers_is_refused_not_measured_in_characters(tmp_pa
     assert parquet_histogram(fixed, "n", nulls="skip").histogram == LengthHistogram.from_lengths(
         kept
     )
+    # s34: over several columns the fix named a dataset of the one column and the call on it
+    # alone, which lost the others; it keeps the call whole, each column of numbers cast
+    _write_shards(tmp_path / "two", pa.table({"m": pa.array(lengths), "n": text}), 4)
+    with pytest.raises(ValueError) as info:
+        parquet_histogram(tmp_path / "two", ["m", "n"], nulls="skip", batch_size=500)
+    fix = (
+        "schema = pyarrow.dataset.dataset(path).schema; schema = schema.set(schema."
+        "get_field_index('n'), pyarrow.field('n', pyarrow.int64())); then parquet_histogram("
+        "pyarrow.dataset.dataset(path, schema=schema), ['m', 'n']) casts them as it reads"
+    )
+    assert fix in str(info.value), info.value
+    schema = pads.dataset(tmp_path / "two").schema  # the fix named, run
+    schema = schema.set(schema.get_field_index("n"), pa.field("n", pa.int64()))
+    both = parquet_histogram(pads.dataset(tmp_path / "two", schema=schema), ["m", "n"],
+                             nulls="skip").histogram  # fmt: skip
+    assert both == JointHistogram.from_lengths(np.stack([kept, kept], axis=1))
     # in memory (a table, a view, a dictionary; in a joint scan): the cast is named instead
     for column in (text, text.cast(pa.string_view()), text.dictionary_encode()):
         with pytest.raises(ValueError, match=r"pyarrow.compute.cast\(table\['n'\]"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -184,6 +185,10 @@ def test_bad_input_one_clear_error(cluster):
     ds = ray.data.from_items([{"n": 1, "f": 1.5, "nested": [[1], [2]]}])
     with pytest.raises(ValueError, match=r"column 'm' not found; the Ray dataset has columns"):
         ray_histogram(ds, "m")
+    with pytest.raises(
+        ValueError, match=r"\['n', 'f', 'nested'\]; did you mean column='nested'\?$"
+    ):
+        ray_histogram(ds, "nestd")  # (s34: a name missing a letter named no near one)
     nested = ray.data.from_items([{"s": {"x": 3}}])  # (s19: a path into a struct)
     with pytest.raises(ValueError, match=r"'s\.x' is a field of the struct column 's'.*length_fn"):
         ray_histogram(nested, "s.x")
@@ -422,15 +427,24 @@ def test_a_string_column_of_numbers_is_refused_not_measured_in_characters(cluste
     ecoli = load_real("ecoli")[:2000]
     text = pa.array([None if i < 300 else str(n) for i, n in enumerate(ecoli)])  # nulls first
     ds = _blocks(pa.table({"n": text, "m": ecoli}), 8)
-    for column in ("n", ["m", "n"]):
+    # s34: over several columns the fix named a length_fn of the one column, which made the
+    # histogram 1-D; it stacks every column's lengths, the text of numbers cast
+    stacked = "np.stack([batch['m'], batch['n'].astype('int64')], axis=1) in place of column="
+    for column, fix in (("n", "batch['n'].astype('int64') in place of column='n'"), (
+        ["m", "n"], stacked + "['m', 'n']"
+    )):  # fmt: skip
         with pytest.raises(ValueError) as info:
             ray_histogram(ds, column, nulls="skip")
         message = str(info.value)
         assert "column 'n' is a string column whose every value is a number" in message, message
-        assert f"({str(ecoli[300])!r}, " in message and "length_fn=lambda batch" in message
-    given = _blocks(pa.table({"n": pa.array([str(n) for n in ecoli])}), 8)
+        assert f"({str(ecoli[300])!r}, " in message and f"length_fn=lambda batch: {fix}" in message
+    given = _blocks(pa.table({"n": pa.array([str(n) for n in ecoli]), "m": ecoli}), 8)
     fixed = ray_histogram(given, length_fn=lambda b: b["n"].astype("int64"))  # the fix named
     assert fixed.histogram == LengthHistogram.from_lengths(ecoli)
+    joint = ray_histogram(  # the joint fix named
+        given, length_fn=lambda batch: np.stack([batch["m"], batch["n"].astype("int64")], axis=1)
+    )
+    assert joint.histogram == JointHistogram.from_lengths(np.stack([ecoli, ecoli], axis=1))
     # one word in the last block: the column is text, measured in characters
     words = pa.array([*text.to_pylist()[:-1], "MKV"])
     r = ray_histogram(_blocks(pa.table({"n": words}), 8), "n", nulls="skip")
@@ -457,3 +471,70 @@ def test_a_string_column_of_numbers_is_refused_not_measured_in_characters(cluste
     chars = ray_bucket_ids(_blocks(pa.table({"n": words}), 8), [2, 4], "n", nulls="skip")
     got = [(r["n"], r["bucket"]) for r in chars.take_all() if r["n"] is not None]
     assert all(b == (len(w) > 2) for w, b in got) and len(got) == len(words) - 300
+
+
+def test_ray_bucket_ids_checks_a_column_whose_schema_is_not_arrow(cluster, tmp_path):
+    """s34 (s33-text's leftover): ray_bucket_ids judged numbers written as text only where the
+    dataset's schema was Arrow. Over pandas blocks (ray.data.from_pandas), whose schema types a
+    string column as object, it gave buckets by digit count ("120" in the bucket of 3). A column
+    the schema does not type is read alone, as Arrow, until a block settles it: refused with the
+    cast; the cast works; one word keeps it text; a column of lists (object too) is measured."""
+    import pandas as pd
+
+    ecoli = load_real("ecoli")[:600]
+    text = [str(n) for n in ecoli]
+    frames = [pd.DataFrame({"n": text[i : i + 200]}) for i in (0, 200, 400)]
+    ds = ray.data.from_pandas(frames)
+    assert not isinstance(ds.schema().base_schema, pa.Schema)  # (pandas blocks)
+    bounds = [64, 256, int(ecoli.max())]
+    with pytest.raises(ValueError) as info:
+        ray_bucket_ids(ds, bounds, "n")
+    message = str(info.value)
+    assert "column 'n' is a string column whose every value is a number" in message, message
+    assert "length_fn=lambda batch: batch['n'].astype('int64')" in message
+    ids = ray_bucket_ids(ds, bounds, length_fn=lambda b: b["n"].astype("int64"))  # the fix
+    got = sorted((int(r["n"]), r["bucket"]) for r in ids.take_all())
+    assert [b for _, b in got] == assign_buckets(np.sort(ecoli), bounds).tolist()
+    words = ray.data.from_pandas([*frames[:2], pd.DataFrame({"n": [*text[400:599], "MKV"]})])
+    got = [(r["n"], r["bucket"]) for r in ray_bucket_ids(words, [2, 4], "n").take_all()]
+    assert all(b == (len(w) > 2) for w, b in got) and len(got) == 600
+    lists = ray.data.from_pandas(pd.DataFrame({"ids": [[1] * n for n in (3, 1, 2)]}))
+    buckets = [r["bucket"] for r in ray_bucket_ids(lists, [1, 2, 3], "ids").take_all()]
+    assert sorted(buckets) == [0, 1, 2]
+    # s34's sweep: nested lists in pandas blocks failed inside Ray (its ArrowConversionError and
+    # traceback); ints with a None, stored by pandas as floats, were told to cast to int64
+    arrays = pa.table({"ids": [[[1, 2]], [[3]], [[4, 5, 6]]]}).to_pandas()  # (numpy inside)
+    nested = ray.data.from_pandas(arrays)
+    for call in (lambda: ray_histogram(nested, "ids"), lambda: ray_bucket_ids(nested, [2], "ids")):
+        with pytest.raises(TypeError, match=r"^Ray could not read a block of the dataset as Arrow"):
+            call()
+    holes = ray.data.from_pandas(pd.DataFrame({"n": [3, None, 5]}))
+    with pytest.raises(TypeError, match=r"stored as floats, NaN for None\): fill or drop"):
+        ray_histogram(holes, "n")
+
+
+def test_ray_bucket_ids_runs_the_dataset_only_where_its_docs_say(cluster, tmp_path):
+    """s34: ray_bucket_ids was documented 'lazy like any map_batches', but over a dataset whose
+    schema Ray knows only by running it (after a map_batches) the call fetched that schema,
+    running the pipeline's first block(s). The docs say so now; this pins both cases: a schema
+    fetched already (or known) runs nothing, one not fetched runs a few blocks, not all."""
+    import uuid
+
+    def tag(batch):  # (one file per call, from the worker)
+        (tmp_path / uuid.uuid4().hex).touch()
+        return batch
+
+    rows = [{"ids": [1] * i} for i in range(1, 17)]
+    fetched = ray.data.from_items(rows, override_num_blocks=8).map_batches(tag)
+    fetched.schema()
+    before = len(list(tmp_path.iterdir()))
+    ids = ray_bucket_ids(fetched, [8, 16], "ids")
+    assert len(list(tmp_path.iterdir())) == before  # nothing ran
+    fresh = ray.data.from_items(rows, override_num_blocks=8).map_batches(tag)
+    before = len(list(tmp_path.iterdir()))
+    ray_bucket_ids(fresh, [8, 16], "ids")
+    assert 0 < len(list(tmp_path.iterdir())) - before < 8  # the first block(s), not all
+    assert sorted(r["bucket"] for r in ids.take_all()) == [0] * 8 + [1] * 8
+    assert "``limit(1)``" in ray_bucket_ids.__doc__
+    page = (Path(__file__).parents[1] / "docs" / "engines.md").read_text()
+    assert "running the pipeline until a first block comes out" in page

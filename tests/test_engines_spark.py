@@ -162,6 +162,11 @@ def test_nulls_expressions_and_bucket_ids(spark):
         spark_bucket_ids(df, [1, 2], "ids", nulls="skip").collect()
     with pytest.raises(Exception, match=r"null row .* without the column reads as null rows"):
         spark_bucket_ids(df, [1, 3], "ids").collect()  # nulls="raise" names both causes
+    # s34: a negative length went to bucket 0 (-1 <= the first boundary), silently, where
+    # spark_histogram, Ray and the local paths refuse it
+    negative = spark.createDataFrame([(3,), (-1,), (5,)], "n long")
+    with pytest.raises(Exception, match=r"negative length -1; lengths count elements: fix or"):
+        spark_bucket_ids(negative, [2, 8], "n").collect()
 
 
 def test_a_row_null_in_any_column_is_one_null_row(spark):
@@ -182,6 +187,8 @@ def test_bad_input_one_clear_error(spark):
     )
     with pytest.raises(ValueError, match=r"column 'm' not found; the DataFrame has columns"):
         spark_histogram(df, "m")
+    with pytest.raises(ValueError, match=r"'big'\]; did you mean column='nested'\?$"):
+        spark_bucket_ids(df, [2], "nestd")  # (s34: a name missing a letter named no near one)
     nested = spark.createDataFrame([((3,),)], "s struct<x:int>")  # (s19: a path into a struct)
     with pytest.raises(ValueError, match=r"'s\.x' is a field of the struct column 's'.*F\.col"):
         spark_histogram(nested, "s.x")
@@ -656,16 +663,28 @@ def test_a_string_column_of_numbers_is_refused_not_measured_in_characters(spark)
     rows = [(None if i % 50 == 0 else str(n), int(n), "x" * int(n % 9 + 1)) for i, n in
             enumerate(ecoli)]  # fmt: skip
     df = spark.createDataFrame(rows, "s string, n long, w string").repartition(3)
-    for column in ("s", ["n", "s"]):
+    # s34: over several columns the fix named the one cast column, spark_histogram(df,
+    # F.col('s').cast('bigint')), a call that dropped the others; it names the whole call, each
+    # column of numbers cast
+    for column, call in (
+        ("s", "{}"),
+        (["n", "s"], "['n', {}]"),
+        (["s", F.length("w"), "t"], "[{}, Column<'length(w)'>, {}]"),
+    ):
         with pytest.raises(ValueError) as info:
-            spark_histogram(df, column, nulls="skip")
+            spark_histogram(df.withColumn("t", F.col("s")), column, nulls="skip")
         message = str(info.value)
         assert "column 's' is a string column whose every value is a number" in message, message
-        assert "spark_histogram(df, F.col('s').cast('bigint'))" in message
-        assert message.endswith("count its characters: spark_histogram(df, F.length('s'))")
+        cast = call.replace("{}", "F.col('s').cast('bigint')", 1)
+        cast = cast.replace("{}", "F.col('t').cast('bigint')")
+        assert f"spark_histogram(df, {cast}); or" in message, message
+        chars = call.replace("{}", "F.length('s')", 1).replace("{}", "F.length('t')")
+        assert message.endswith(f"count its characters: spark_histogram(df, {chars})")
     fixed = spark_histogram(df, F.col("s").cast("bigint"), nulls="skip").histogram  # the fix
     kept = [n for i, n in enumerate(ecoli) if i % 50]
     assert fixed == LengthHistogram.from_lengths(kept)
+    both = spark_histogram(df, ["n", F.col("s").cast("bigint")], nulls="skip").histogram
+    assert both == JointHistogram.from_lengths([(n, n) for n in kept])
     # short text that is not numbers alone is text: characters
     r = spark_histogram(df, "w")
     assert r.histogram == LengthHistogram.from_lengths(ecoli % 9 + 1)

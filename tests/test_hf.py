@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import types
@@ -125,12 +126,72 @@ def test_a_string_column_of_numbers_is_refused_not_measured_in_characters():
     assert hf.lengths(words, "n").tolist() == [*[len(str(n)) for n in ecoli[:-1]], 3]
 
 
+def test_a_filtered_dataset_is_judged_on_the_rows_it_holds_not_its_table():
+    """s34 (s33-text's leftover): a datasets.Dataset after filter / select keeps its whole Arrow
+    table and an indices mapping, and its length column was judged on the table (NOTE [ The
+    rows a dataset holds ] in bucketloader._arrow): lengths written as text whose filter dropped
+    the one row of real text were measured in characters ("120" as 3, silently); a table of
+    numbers was refused for a split that holds none of them; a negative or NaN length the
+    filter dropped (the fix such an error names) was refused all the same; and a dropped row
+    decided the channel-first check of nested lists, either way."""
+    from bucketloader.stream import BucketIterable, PackIterable
+
+    ecoli = load_real("ecoli")[:400]
+    text = [str(n) for n in ecoli]
+    note = "see the notes " * 20  # (longer than any number: text, from its offsets alone)
+    raw = datasets.Dataset.from_dict({"n": [*text[:200], note, *text[200:]]})
+    assert hf.lengths(raw, "n")[200] == len(note)  # the table: text, in characters
+    views = (  # (the last: a mapping over a slice of the table, its offsets shifted)
+        raw.filter(lambda r: r["n"].isdigit()),
+        raw.select([*range(200), 201, 0]),
+        raw.select(range(1, 401)).filter(lambda r: len(r["n"]) < 10),
+    )
+    for held in views:
+        with pytest.raises(ValueError) as info:
+            hf.lengths(held, "n")
+        message = str(info.value)
+        assert "column 'n' is a string column whose every value is a number" in message, message
+        assert "cast_column('n', datasets.Value('int64'))" in message
+        with pytest.raises(ValueError, match=r"column 'n' is a string column whose every"):
+            BucketIterable(held, length_fn="n", boundaries=[64, 4096], batch_size=8)
+        with pytest.raises(ValueError, match=r"column 'n' is a string column whose every"):
+            PackIterable(held, length_fn="n", row_length=4096, batch_size=2)
+    kept = raw.filter(lambda r: r["n"].isdigit())
+    fixed = kept.cast_column("n", datasets.Value("int64"))  # the fix named works on the view
+    assert hf.lengths(fixed, "n").tolist() == ecoli.tolist()
+    # the reverse: a table of numbers, a dataset holding none of them (or nulls alone)
+    numbers = datasets.Dataset.from_dict({"n": [*text, None]})
+    assert hf.lengths(numbers.select([]), "n").tolist() == []  # (a contiguous select slices)
+    assert hf.lengths(numbers.filter(lambda r: False), "n").dtype == np.int64
+    with pytest.raises(ValueError, match=r"column 'n' has a null at row 0 \(physical row 400\)"):
+        hf.lengths(numbers.filter(lambda r: r["n"] is None), "n")
+    # a bad length a filter dropped is no length of the dataset; one it holds is named by row
+    bad = datasets.Dataset.from_dict({"length": [3, -1, 5], "f": [3.0, math.nan, 5.0]})
+    assert hf.lengths(bad.filter(lambda r: r["length"] >= 0)).tolist() == [3, 5]
+    assert hf.lengths(bad.filter(lambda r: r["f"] == r["f"]), "f").tolist() == [3, 5]
+    with pytest.raises(ValueError, match=r"non-negative, got -1 at index 0"):
+        hf.lengths(bad.select([1, 0]))
+    # nested lists: (1, T) rows held, a dropped row of two channels hid them; the reverse, a
+    # dropped row whose inner lists differ, refused (T, F) rows of one inner length
+    mono = [[[0.0] * t] for t in (10, 20, 30, 40)]
+    audio = datasets.Dataset.from_dict({"x": [*mono, [[0.0] * 4, [0.0] * 4]]})
+    assert hf.lengths(audio, "x").tolist() == [1, 1, 1, 1, 2]  # (outer lengths differ)
+    with pytest.raises(ValueError, match=r"holds nested lists of 1 lists in every row"):
+        hf.lengths(audio.select([3, 2, 1, 0]), "x")
+    frames = datasets.Dataset.from_dict({"x": [[[0.0] * 3] * 5, [[0.0] * 3] * 5, [[0.0] * 7] * 5]})
+    with pytest.raises(ValueError, match=r"holds nested lists of 5 lists in every row"):
+        hf.lengths(frames, "x")
+    assert hf.lengths(frames.select([1, 0]), "x").tolist() == [5, 5]
+
+
 def test_errors_name_the_problem():
     ds = datasets.Dataset.from_dict({"ids": [[1], None, [2, 3]], "f": [1.5, 2.0, 3.0]})
     with pytest.raises(ValueError, match="null at physical row 1"):
         hf.lengths(ds, "ids")
     with pytest.raises(KeyError, match=r"not found; the dataset has columns \['ids', 'f'\]"):
         hf.lengths(ds, "input_ids")
+    with pytest.raises(KeyError, match=r"'audio\.array'\); did you mean column='ids'\?"):
+        hf.lengths(ds, "id")  # (s34: a name missing a letter named no near one)
     with pytest.raises(ValueError, match="whole numbers"):
         hf.lengths(ds, "f")
     with pytest.raises(ValueError, match="column must name what to measure"):

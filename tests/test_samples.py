@@ -70,8 +70,13 @@ def test_the_rule_on_every_kind_of_sample():
             "none of them sequence-valued, so none gives a length; pass k=",
         ),
         ({"a": [1]}, "b", ValueError, r"k='b' is not in the samples \(a sample has \['a'\]\)"),
-        (3.5, None, TypeError, "has no length: got float"),
-        ({"x": -2}, "x", ValueError, "negative length"),
+        (3.5, None, TypeError, "has no length: got the float 3.5; a length is an int count"),
+        # s34: a float length said only "got float"; a negative one gave no way on; a key
+        # missing by a letter named no near one
+        ({"x": 4.0}, "x", TypeError, r"e\.g\. lambda sample: math\.ceil\(sample\['x'\]\)$"),
+        ({"x": float("nan")}, "x", TypeError, r"got the float NaN, a missing length; "),
+        ({"x": -2}, "x", ValueError, "negative length, -2; lengths count elements: fix or filter"),
+        ({"ids": [1]}, "id", ValueError, r"pass one of its keys; did you mean k='ids'\?$"),
         ({"x": [1, 2]}, len, TypeError, r"k=len measures a dict sample by its number of keys"),
     ],
 )

@@ -31,7 +31,13 @@ from bucketloader._arrow import (
     skipped_note,
 )
 from bucketloader._types import LazyModule
-from bucketloader._validation import MissingKeyError, check_bool, check_int, checks_options
+from bucketloader._validation import (
+    MissingKeyError,
+    check_bool,
+    check_int,
+    checks_options,
+    did_you_mean,
+)
 from bucketloader.engines._common import (
     Accumulator,
     NumbersAsText,
@@ -125,6 +131,7 @@ def parquet_histogram(
         )
         raise MissingKeyError(
             f"column {missing[0]!r} not found in {what}; it has columns {schema.names}"
+            + did_you_mean("column", missing[0], schema.names)
             + nested_field(missing[0], [f.name for f in schema if pa.types.is_struct(f.type)], fix)
         )
     for c in columns:
@@ -147,26 +154,43 @@ def parquet_histogram(
         if bar is not None:
             bar.close()
     result = acc.result(f"{what} ({describe_columns(columns)})")
+    numeric = [c for c, examples in text.found.items() if examples]
     text.check(  # NOTE [ Numbers written as text ]
-        lambda c: _read_as_integers(pa, source, c),
+        lambda c: _read_as_integers(pa, source, c, columns, numeric),
         lambda c: f"pass a table of pyarrow.compute.utf8_length(column) as {c!r} in its place",
     )
     empty = tuple(path for path, n in rows.items() if n == 0)
     return dataclasses.replace(result, empty_files=empty) if empty else result
 
 
-def _read_as_integers(pa: Any, source: Any, column: str) -> str:
+def _read_as_integers(
+    pa: Any, source: Any, column: str, columns: Sequence[str] = (), numeric: Sequence[str] = ()
+) -> str:
     """How to measure ``column`` of ``source`` as integers (NOTE [ Numbers written as text ] in
     :mod:`bucketloader.engines._common`): files read through a dataset of the integer type
-    (pyarrow casts the text as it reads, still out of core); data in memory cast first."""
+    (pyarrow casts the text as it reads, still out of core); data in memory cast first. Where
+    several ``columns`` are measured, the call keeps them all, each of ``numeric`` (the columns
+    of numbers written as text) cast (s34: it named a dataset of the one column, and the call
+    on it alone, which lost the others)."""
     if isinstance(source, (pa.Table, pa.RecordBatch, pa.RecordBatchReader, Iterator)):
         return (
             f"cast the column first, e.g. table.set_column(table.schema.get_field_index("
             f"{column!r}), {column!r}, pyarrow.compute.cast(table[{column!r}], pyarrow.int64()))"
         )
+    if len(columns) <= 1:
+        return (
+            f"parquet_histogram(pyarrow.dataset.dataset(path, schema=pyarrow.schema({{{column!r}: "
+            f"pyarrow.int64()}})), {column!r}) casts them as it reads (or write the column as "
+            "int64)"
+        )
+    cast = "; ".join(
+        f"schema = schema.set(schema.get_field_index({c!r}), pyarrow.field({c!r}, pyarrow.int64()))"
+        for c in (numeric or [column])
+    )
     return (
-        f"parquet_histogram(pyarrow.dataset.dataset(path, schema=pyarrow.schema({{{column!r}: "
-        f"pyarrow.int64()}})), {column!r}) casts them as it reads (or write the column as int64)"
+        f"schema = pyarrow.dataset.dataset(path).schema; {cast}; then "
+        f"parquet_histogram(pyarrow.dataset.dataset(path, schema=schema), {list(columns)!r}) "
+        "casts them as it reads (or write the columns as int64)"
     )
 
 

@@ -21,7 +21,13 @@ from numpy.typing import ArrayLike
 
 from bucketloader._arrow import is_text_like, nested_field, numbers_throughout
 from bucketloader._types import LazyModule
-from bucketloader._validation import MissingKeyError, as_lengths, batch_lengths, check_choice
+from bucketloader._validation import (
+    MissingKeyError,
+    as_lengths,
+    batch_lengths,
+    check_choice,
+    did_you_mean,
+)
 from bucketloader.boundaries import check_boundaries
 from bucketloader.engines._common import (
     Accumulator,
@@ -131,21 +137,46 @@ def ray_histogram(
         if found is not None:
             raise ValueError(found)
     result = acc.result(what)
-    for i, c in enumerate(columns or []):  # NOTE [ Numbers written as text ] in bucketloader._arrow
-        if numbers >> i & 1:
-            examples = _numbers_shown(ds, c)
-            if examples:
-                raise ValueError(numbers_as_text_error(c, examples, *_fixes(c)))
+    # NOTE [ Numbers written as text ] in bucketloader._arrow (a column of nulls alone is none)
+    shown = {c: _numbers_shown(ds, c) for i, c in enumerate(columns or []) if numbers >> i & 1}
+    numeric = [c for c, examples in shown.items() if examples]
+    if numeric:
+        fix, chars = _fixes(columns or [], numeric, ds.schema())
+        raise ValueError(numbers_as_text_error(numeric[0], shown[numeric[0]], fix, chars))
     return result
 
 
-def _fixes(column: str) -> tuple[str, str]:
-    """How to read a Ray column of numbers written as text as integers, and how to count its
-    characters."""
+def _fixes(columns: list[str], found: list[str], schema: Any = None) -> tuple[str, str]:
+    """How to read the Ray columns ``found`` of numbers written as text as integers, and how to
+    count their characters, where ``columns`` (typed by ``schema``) are measured: one column's
+    ``length_fn``, or for several one ``length_fn`` stacking every column's lengths, so that the
+    call stays joint (s34: it named the first column alone, and a call following it lost the
+    others)."""
+    if len(columns) == 1:
+        c = columns[0]
+        return (
+            f"length_fn=lambda batch: batch[{c!r}].astype('int64') in place of column={c!r} "
+            "(or cast the column with ds.map_batches)",
+            f"length_fn=lambda batch: [len(s) for s in batch[{c!r}]]",
+        )
+    import pyarrow as pa
+
+    def each(c: str, text: str) -> str:
+        if c in found:
+            return text.format(repr(c))
+        t = _arrow_type(schema, c)
+        if t is not None and pa.types.is_integer(t):
+            return f"batch[{c!r}]"
+        return f"[len(x) for x in batch[{c!r}]]"  # (lists, tensors, text: their lengths)
+
+    def stacked(text: str) -> str:
+        parts = ", ".join(each(c, text) for c in columns)
+        return f"length_fn=lambda batch: np.stack([{parts}], axis=1)"
+
     return (
-        f"length_fn=lambda batch: batch[{column!r}].astype('int64') in place of "
-        f"column={column!r} (or cast the column with ds.map_batches)",
-        f"length_fn=lambda batch: [len(s) for s in batch[{column!r}]]",
+        f"{stacked('batch[{}].astype(' + repr('int64') + ')')} in place of column={columns!r} "
+        "(or cast the columns with ds.map_batches)",
+        stacked("[len(s) for s in batch[{}]]"),
     )
 
 
@@ -173,12 +204,22 @@ def ray_bucket_ids(
 
     Bucket ``i`` holds lengths ``b[i-1] < L <= b[i]``
     (:func:`~bucketloader.boundaries.assign_buckets`), so a Ray Train ingest can route or
-    group rows by shape. Lazy like any ``map_batches``; a length above the last boundary fails
-    the job with the length named. With ``nulls="skip"`` a null row gets a null bucket. A
-    string column (measured in characters) is read first, alone, until a block holds a value
-    that is not a number (for real text, the first); numbers alone are refused, as
-    :func:`ray_histogram` refuses them (NOTE [ Numbers written as text ] in
-    :mod:`bucketloader._arrow`).
+    group rows by shape. A length above the last boundary fails the job with the length
+    named; with ``nulls="skip"`` a null row gets a null bucket.
+
+    Lazy like any ``map_batches`` (nothing runs when called) where Ray knows the schema
+    without running the dataset (``read_parquet``, ``from_items``, ``from_arrow``, ...) and it
+    types the column as something other than text. Otherwise the call runs part of it:
+
+    * a schema Ray knows only by running the dataset (after a ``map_batches``, until something
+      fetched it) is fetched as ``ds.schema()`` fetches it: the pipeline runs until its first
+      block comes out (``limit(1)``; Ray may run a few more blocks ahead), and again for every
+      block when the ids are consumed;
+    * a string column (measured in characters), or one the schema does not type (a pandas
+      block's ``object`` column, ``ray.data.from_pandas``), is read alone, as Arrow, until a
+      block settles it: one block for real text or a column of another type, the whole column
+      for numbers written as text, which are refused as :func:`ray_histogram` refuses them
+      (NOTE [ Numbers written as text ] in :mod:`bucketloader._arrow`).
 
     Example (needs a Ray runtime; run by ``tests/test_engines_ray.py``)::
 
@@ -203,7 +244,7 @@ def ray_bucket_ids(
         raise ValueError(
             f"the dataset already has a column {name!r}; choose another name= for the bucket ids"
         )
-    if columns is not None and _is_text_column(ds, columns[0]):
+    if columns is not None and _may_be_text(ds, columns[0]):
         # NOTE [ Numbers written as text ] in bucketloader._arrow: ray_histogram's decision, over
         # the whole column, before a block gets its ids (a block sees itself alone, and a text
         # block can be all digits); the column alone is read, until a block settles it
@@ -215,7 +256,7 @@ def ray_bucket_ids(
 
         examples = _run(ray, lambda: numbers_throughout(blocks()))
         if examples:
-            raise ValueError(numbers_as_text_error(c, examples, *_fixes(c)))
+            raise ValueError(numbers_as_text_error(c, examples, *_fixes([c], [c])))
     return ds.map_batches(
         _AddBuckets(columns, fn, b, name, nulls), batch_format="pyarrow", zero_copy_batch=True
     )
@@ -254,15 +295,41 @@ def _check_args(
             )
             raise MissingKeyError(
                 f"column {c!r} not found; the Ray dataset has columns {names}"
+                + did_you_mean("column", c, names)
                 + nested_field(c, _structs(schema), fix)
             )
-    base = getattr(schema, "base_schema", None)
     import pyarrow as pa
 
-    if isinstance(base, pa.Schema):
-        for c in columns:  # type: ignore[union-attr]
-            check_arrow_type(base.field(c).type, c)
+    for c in columns:  # type: ignore[union-attr]
+        t = _arrow_type(schema, c)
+        pandas = not isinstance(getattr(schema, "base_schema", None), pa.Schema)
+        if t is not None and pandas and pa.types.is_floating(t):  # (s34's sweep)
+            raise TypeError(
+                f"column {c!r} holds {t} numbers; lengths are whole numbers (in pandas blocks, "
+                "a column of ints with a missing value is stored as floats, NaN for None): fill "
+                "or drop the rows without one, then cast the column to int64 (ds.map_batches), "
+                "or pass length_fn="
+            )
+        if t is not None:  # (a pandas block's float column too: Ray types it float64)
+            check_arrow_type(t, c)
     return columns, None, nulls
+
+
+def _arrow_type(schema: Any, column: str) -> Any:
+    """The Arrow type a Ray schema gives ``column``: its Arrow schema's, or for blocks that
+    are not Arrow (pandas: ``ray.data.from_pandas``, a ``map_batches`` returning DataFrames)
+    the type Ray converts the dtype to; ``None`` where there is none (an ``object`` column:
+    strings, lists or anything else, known only from its values)."""
+    import pyarrow as pa
+
+    base = getattr(schema, "base_schema", None)
+    if isinstance(base, pa.Schema):
+        return base.field(column).type
+    try:
+        t = dict(zip(schema.names, schema.types, strict=True)).get(column)
+    except Exception:  # (a dtype Ray cannot convert: as for object)
+        return None
+    return t if isinstance(t, pa.DataType) else None
 
 
 #: The footers :func:`_file_without_column` reads at once, and at most (on the error path only:
@@ -328,13 +395,12 @@ def _file_without_column(ds: Any, columns: list[str]) -> str | None:
         return None
 
 
-def _is_text_column(ds: Any, column: str) -> bool:
-    """Whether the Ray dataset's schema (its Arrow one; not read from any row) types ``column``
-    as text (:func:`~bucketloader._arrow.is_text_like`)."""
-    import pyarrow as pa
-
-    base = getattr(ds.schema(), "base_schema", None)
-    return isinstance(base, pa.Schema) and is_text_like(base.field(column).type)
+def _may_be_text(ds: Any, column: str) -> bool:
+    """Whether ``column`` may hold text by the Ray dataset's schema (no row read): typed as text
+    (:func:`~bucketloader._arrow.is_text_like`), or not typed at all (a pandas block's
+    ``object`` column, :func:`_arrow_type`), which its first block read as Arrow tells."""
+    t = _arrow_type(ds.schema(), column)
+    return t is None or is_text_like(t)
 
 
 def _schema_names(ds: Any) -> list[str] | None:
@@ -376,6 +442,10 @@ def _run(ray: Any, job: Callable[[], Any]) -> Any:
     Ray wraps a task's exception (``RayTaskError(UserCodeException)``) with the worker's
     traceback; the message of our own ``ValueError`` / ``TypeError`` (one line) is its last
     ``ValueError: ...`` line, re-raised here without the noise.
+
+    A block Ray cannot turn into Arrow (a pandas block's column of nested lists or mixed Python
+    objects: ``ArrowConversionError``, in a task or on the driver) is one error with the way on,
+    not Ray's traceback (s34's sweep: ``from_pandas`` of nested lists).
     """
     try:
         return job()
@@ -384,7 +454,34 @@ def _run(ray: Any, job: Callable[[], Any]) -> Any:
         if found:
             kind, message = found[-1]
             raise (ValueError if kind == "ValueError" else TypeError)(message) from exc
+        if _not_arrow(exc):
+            raise TypeError(_not_arrow(exc)) from None
         raise
+    except Exception as exc:
+        if _not_arrow(exc):
+            raise TypeError(_not_arrow(exc)) from None
+        raise
+
+
+def _not_arrow(exc: BaseException) -> str:
+    """The error for Ray's ``ArrowConversionError`` (``exc`` or its cause), else ``""``."""
+    names = {c.__name__ for c in type(exc).__mro__} | {type(exc.__cause__).__name__}
+    if "ArrowConversionError" not in names and "ArrowConversionError" not in repr(exc)[:300]:
+        return ""
+    said = next(
+        (
+            line.strip()
+            for line in str(exc).splitlines()
+            if "Error converting data to Arrow" in line
+        ),
+        "Error converting data to Arrow",
+    )
+    return (
+        f"Ray could not read a block of the dataset as Arrow to measure it ({said:.160}): a "
+        "pandas column of nested lists or of mixed Python objects has no Arrow type; pass "
+        "length_fn= instead of column= (it reads numpy batches), e.g. length_fn=lambda batch: "
+        "[len(x) for x in batch['ids']], or store the column as lists of numbers"
+    )
 
 
 _ERROR_LINE = re.compile(r"^(ValueError|TypeError|MissingKeyError): (.+)$", re.MULTILINE)

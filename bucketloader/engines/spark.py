@@ -24,7 +24,7 @@ from bucketloader._arrow import (
     numbers_as_text_error,
 )
 from bucketloader._types import LazyModule
-from bucketloader._validation import MAX_LENGTH, MissingKeyError
+from bucketloader._validation import MAX_LENGTH, MissingKeyError, did_you_mean
 from bucketloader.boundaries import check_boundaries
 from bucketloader.engines._common import (
     Accumulator,
@@ -109,40 +109,63 @@ def spark_histogram(df: sql.DataFrame, column: SparkLength, *, nulls: str = "rai
             raise ValueError(found)
     acc.add_counts(keys, counts, num_nulls)
     result = acc.result(what)
-    for i, item in enumerate(items):  # NOTE [ Numbers written as text ] in bucketloader._arrow
-        if keys.size and int(keys[:, i].max()) <= NUMBER_TEXT_LONGEST:
-            _check_numbers_as_text(df, item)
+    # NOTE [ Numbers written as text ] in bucketloader._arrow: every column looked at, so that
+    # the fix names the whole call, each column of numbers cast (s34: over several columns it
+    # named the cast column alone, spark_histogram(df, F.col('s').cast('bigint')), a call that
+    # dropped the others and made the histogram 1-D)
+    short = [i for i in range(len(items)) if keys.size and keys[:, i].max() <= NUMBER_TEXT_LONGEST]
+    shown = {i: _numbers_as_text(df, items[i]) for i in short}
+    _refuse_numbers(column, items, {i: ex for i, ex in shown.items() if ex})
     return result
 
 
-def _check_numbers_as_text(df: Any, item: Any, *, who: str = "spark_histogram(df, {})") -> None:
-    """Raise where ``item`` is a string column (its type from the schema: any other reads
-    nothing) whose every non-null value is a number written as text: one job that stops at the
-    first value that is not (``take(1)``, which reads the partitions a few at a time: for real
-    text, the first), one more for the error's examples (NOTE [ Numbers written as text ] in
-    :mod:`bucketloader._arrow`). ``who`` is the call the fix names, ``{}`` the cast column."""
+def _numbers_as_text(df: Any, item: Any) -> list[str] | None:
+    """A few values of ``item`` where it is a string column (its type from the schema: any
+    other reads nothing) whose every non-null value is a number written as text, else ``None``:
+    one job that stops at the first value that is not (``take(1)``, which reads the partitions
+    a few at a time: for real text, the first), one more for the examples (NOTE [ Numbers
+    written as text ] in :mod:`bucketloader._arrow`)."""
     from pyspark.sql import Column
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     col = item if isinstance(item, Column) else F.col(_quoted(item))
     if not isinstance(df.select(col).schema.fields[0].dataType, T.StringType):
-        return
+        return None
     present = df.select(col.alias("v")).where(F.col("v").isNotNull())
     if present.where(~F.col("v").rlike(NUMBER_TEXT)).take(1):
+        return None
+    return [str(r["v"]) for r in present.take(3)] or None  # (nulls alone: no value to judge)
+
+
+def _refuse_numbers(
+    column: Any, items: list[Any], found: dict[int, list[str]], who: str = "spark_histogram"
+) -> None:
+    """Raise for the first of ``items`` (the measured columns, ``column`` as given) that
+    ``found`` holds (their indices, with a few values each): ``who``'s call again, every found
+    column cast, where each is named; else the cast in words."""
+    if not found:
         return
-    examples = [str(r["v"]) for r in present.take(3)]
-    if not examples:  # (nulls alone: no value to judge)
-        return
-    label = item if isinstance(item, str) else str(item)
-    named = isinstance(item, str)
-    fix = (
-        who.format(f"F.col({label!r}).cast('bigint')")
-        if named
-        else "cast it with .cast('bigint') before you measure it"
-    )
-    chars = who.format(f"F.length({label!r})") if named else "measure F.length() of it"
-    raise ValueError(numbers_as_text_error(label, examples, fix, chars))
+    first = min(found)
+    label = items[first] if isinstance(items[first], str) else str(items[first])
+    if not all(isinstance(items[i], str) for i in found):
+        fix, chars = (
+            "cast it with .cast('bigint') before you measure it",
+            "measure F.length() of it",
+        )
+    else:
+        lead = "df, boundaries" if who == "spark_bucket_ids" else "df"
+
+        def call(measure: str) -> str:
+            given = [
+                measure.format(repr(c)) if i in found else repr(c) if isinstance(c, str) else str(c)
+                for i, c in enumerate(items)
+            ]
+            shown = f"[{', '.join(given)}]" if isinstance(column, (list, tuple)) else given[0]
+            return f"{who}({lead}, {shown})"
+
+        fix, chars = call("F.col({}).cast('bigint')"), call("F.length({})")
+    raise ValueError(numbers_as_text_error(label, found[first], fix, chars))
 
 
 def _collect(grouped: Any) -> Any:
@@ -222,12 +245,12 @@ def spark_bucket_ids(
     """``df`` with an integer column ``name``: each row's bucket under ``boundaries``.
 
     Bucket ``i`` holds lengths ``b[i-1] < L <= b[i]``
-    (:func:`~bucketloader.boundaries.assign_buckets`). A pure column expression (no Python
-    UDF); a length above the last boundary (or a null row with ``nulls="raise"``) fails the
-    job with Spark's ``raise_error``; with ``nulls="skip"`` a null row gets a null bucket. A
-    string column (measured in characters) is looked at first, as :func:`spark_histogram` does:
-    one job, stopping at a value that is not a number; numbers alone are refused (NOTE
-    [ Numbers written as text ] in :mod:`bucketloader._arrow`).
+    (:func:`~bucketloader.boundaries.assign_buckets`). A pure column expression (no Python UDF);
+    a length above the last boundary, a negative one (or a null row with ``nulls="raise"``)
+    fails the job with Spark's ``raise_error``; with ``nulls="skip"`` a null row gets a null
+    bucket. A string column (measured in characters) is looked at first, as
+    :func:`spark_histogram` does: one job, stopping at a value that is not a number; numbers
+    alone are refused (NOTE [ Numbers written as text ] in :mod:`bucketloader._arrow`).
 
     Example (needs a SparkSession ``spark``; run by ``tests/test_engines_spark.py``)::
 
@@ -253,7 +276,8 @@ def spark_bucket_ids(
             f"the DataFrame already has a column {name!r}; choose another name= for the bucket ids"
         )
     length = _length_expr(df, column)
-    _check_numbers_as_text(df, column, who="spark_bucket_ids(df, boundaries, {})")
+    examples = _numbers_as_text(df, column)  # NOTE [ Numbers written as text ]
+    _refuse_numbers(column, [column], {0: examples} if examples else {}, "spark_bucket_ids")
     on_null = (
         F.lit(None).cast("long")
         if nulls == "skip"
@@ -264,7 +288,12 @@ def spark_bucket_ids(
             )
         )
     )
-    expr = F.when(length.isNull(), on_null)
+    negative = F.concat(  # (s34: a negative length went to bucket 0, silently)
+        F.lit("bucketloader: negative length "),
+        length.cast("string"),
+        F.lit("; lengths count elements: fix or filter those rows"),
+    )
+    expr = F.when(length.isNull(), on_null).when(length < F.lit(0), F.raise_error(negative))
     for i, edge in enumerate(b.tolist()):
         expr = expr.when(length <= F.lit(edge), F.lit(i))
     too_long = F.concat(
@@ -528,6 +557,7 @@ def _length_expr(df: Any, column: Any) -> Any:
             fix = f"pass it as a Column, F.col({column!r})"
             raise MissingKeyError(
                 f"column {column!r} not found; the DataFrame has columns {df.columns}"
+                + did_you_mean("column", column, df.columns)
                 + _merged_hint(df, column)
                 + nested_field(
                     column,

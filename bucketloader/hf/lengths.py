@@ -11,6 +11,9 @@ keeps its Arrow table untouched and adds an *indices mapping* (``dataset._indice
 column): logical row ``i`` is physical row ``indices[i]``. The sampler indexes the dataset
 logically, so the lengths are computed over the physical column (only the list offsets are read,
 chunk by chunk, so a memory-mapped dataset is never decoded) and then gathered through the mapping.
+They are judged after the gather, on the rows the dataset holds (a negative or NaN length, a
+nested column channel-first, a string column of numbers: NOTE [ The rows a dataset holds ] in
+:mod:`bucketloader._arrow`): a row the mapping leaves out is no row of the dataset.
 """
 
 from __future__ import annotations
@@ -23,10 +26,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bucketloader._arrow import (
+    held_numbers,
     is_bytes,
     is_list,
     is_text,
-    numbers_as_text,
     numbers_as_text_error,
     text_lengths,
 )
@@ -38,6 +41,7 @@ from bucketloader._validation import (
     batch_lengths,
     check_int,
     checks_options,
+    did_you_mean,
 )
 
 if TYPE_CHECKING:
@@ -157,8 +161,7 @@ def lengths(
                 "or tokenize with dataset.map"
             ) from None
         cols.append(column_lengths(arr, path, indices))
-    out = cols[0] if isinstance(column, str) else np.stack(cols, axis=1)
-    return out if indices is None else out[indices]
+    return cols[0] if isinstance(column, str) else np.stack(cols, axis=1)  # (rows held, in order)
 
 
 @checks_options
@@ -266,6 +269,7 @@ def resolve_column(table: Any, column: str) -> tuple[Any, str]:
             raise MissingKeyError(
                 f"column {column!r} not found; the dataset has columns {names} "
                 "(reach into a struct with 'column.field', e.g. 'audio.array')"
+                + did_you_mean("column", column, names)
             )
         arr, path = table.column(head), head
         for part in rest.split("."):
@@ -314,8 +318,8 @@ def column_lengths(arr: Any, path: str, indices: np.ndarray | None = None) -> np
             f"column {path!r} has type {t}; lengths come from a list column (token ids, audio "
             "arrays), a numeric length column or a string column; otherwise pass fn="
         )
-    if is_text(t):  # NOTE [ Numbers written as text ] in bucketloader._arrow
-        found = numbers_as_text(arr)
+    if is_text(t):  # NOTE [ Numbers written as text ] in bucketloader._arrow, over the rows
+        found = held_numbers(arr, indices)  # held (NOTE [ The rows a dataset holds ] there)
         if found:
             fix = f"dataset = dataset.cast_column({path!r}, datasets.Value('int64'))"
             chars = f"fn=lambda batch: [len(s) for s in batch[{path!r}]]"
@@ -346,23 +350,40 @@ def column_lengths(arr: Any, path: str, indices: np.ndarray | None = None) -> np
     if not parts:
         return np.zeros(0, dtype=np.int64)
     out = np.concatenate(parts)
+    if indices is not None:  # the rows held, before any is judged: NOTE [ The rows a dataset
+        out = out[indices]  # holds ] in bucketloader._arrow (no null among them, checked above)
+    if not out.size:
+        return np.zeros(0, dtype=np.int64)
     if measure is not None and is_list(t) and is_list(t.value_type) and out.size > 1:
-        held = np.delete(out, np.concatenate(null_rows)) if null_rows else out  # (no null's 0)
-        if held.size > 1:
-            _check_not_channel_first(arr, held, path)
-    return as_lengths(out, name=f"lengths of column {path!r}") if out.size else out
+        _check_not_channel_first(arr, out, path, indices)
+    return as_lengths(out, name=f"lengths of column {path!r}")
 
 
-def _check_not_channel_first(arr: Any, outer: np.ndarray, path: str) -> None:
+def _check_not_channel_first(
+    arr: Any, outer: np.ndarray, path: str, indices: np.ndarray | None = None
+) -> None:
     """NOTE [ Nested lists of one outer length ]
     A nested list column is measured by its outer lists, right for ``(T, F)`` features and
     wrong for channel-first ones: an image processor's ``(C, H, W)`` ``pixel_values`` measured 3
     in every row, a ``(1, T)`` waveform 1, and a sampler given those lengths planned one bucket
     of length 3 (s30-first). Where every row's outer list has one length and the lists inside
-    differ from row to row, the column is refused with the measure to take instead."""
+    differ from row to row, the column is refused with the measure to take instead. ``outer``
+    and the lists inside are those of the rows the dataset holds (``indices``, its mapping:
+    NOTE [ The rows a dataset holds ] in :mod:`bucketloader._arrow`)."""
     if outer.min() != outer.max():
         return
-    inner = [pc.list_value_length(pc.list_flatten(chunk)) for chunk in arr.chunks]
+    held = None
+    if indices is not None:  # (the lists inside, of the held rows: by their parent row)
+        held = np.zeros(len(arr), dtype=bool)
+        held[indices] = True
+    inner, start = [], 0
+    for chunk in arr.chunks:
+        sizes = pc.list_value_length(pc.list_flatten(chunk))
+        if held is not None:
+            parents = pc.list_parent_indices(chunk).to_numpy(zero_copy_only=False)
+            sizes = sizes.filter(pa.array(held[start + parents]))
+        inner.append(sizes)
+        start += len(chunk)
     low = min((pc.min(x).as_py() for x in inner if len(x)), default=None)
     high = max((pc.max(x).as_py() for x in inner if len(x)), default=None)
     if low is None or low == high:

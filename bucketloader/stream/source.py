@@ -118,11 +118,12 @@ def check_length_columns(source: Any, length_fn: Any) -> None:
     (:class:`~bucketloader.stream.arrow.ArrowRows`, a ``datasets.Dataset``): each ``"120"``
     would be measured in characters, 3 (NOTE [ Numbers written as text ] in
     :mod:`bucketloader._arrow`: the rule of ``parquet_histogram`` and ``hf.lengths``, over the
-    whole column, so a text column that holds one word is measured as text). A column's type
-    comes from the schema, so a column of another type reads nothing; any other source, or a
-    callable ``length_fn``, is not looked at (a stream sees one sample at a time). With
-    ``length_fn=None`` a dict is measured by its ``"length"`` entry, which holds the length
-    itself: text there is refused sample by sample, by its type (NOTE [ The length of a
+    whole column, so a text column that holds one word is measured as text; a
+    ``datasets.Dataset``'s column over the rows it holds, NOTE [ The rows a dataset holds ]).
+    A column's type comes from the schema, so a column of another type reads nothing; any other
+    source, or a callable ``length_fn``, is not looked at (a stream sees one sample at a time).
+    With ``length_fn=None`` a dict is measured by its ``"length"`` entry, which holds the
+    length itself: text there is refused sample by sample, by its type (NOTE [ The length of a
     sample ] in :mod:`bucketloader._samples`).
 
     Example:
@@ -170,12 +171,15 @@ def _numbers_in(source: Any, key: str) -> tuple[list[str] | None, str]:
     table: Any = getattr(getattr(source, "data", None), "table", None)  # a datasets.Dataset's
     if type(table).__module__.split(".")[0] != "pyarrow" or key not in table.column_names:
         return None, ""
-    from bucketloader._arrow import is_text_like, numbers_throughout
+    from bucketloader._arrow import held_numbers, is_text_like
 
     if not is_text_like(table.schema.field(key).type):
         return None, ""
+    from bucketloader.hf.lengths import table_and_indices  # (datasets is there: the source)
+
     cast = f"dataset.cast_column({key!r}, datasets.Value('int64')), or "
-    return numbers_throughout(table.column(key).chunks), cast
+    # the rows the dataset holds, not its table's (NOTE [ The rows a dataset holds ])
+    return held_numbers(table.column(key), table_and_indices(source)[1]), cast
 
 
 class _JointLengths:
