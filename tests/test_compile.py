@@ -682,6 +682,40 @@ def test_key_follows_code_dtype_and_threads(tmp_path):
         torch.set_num_threads(threads)
 
 
+_SPAWNED_KEY = """
+import sys
+import torch
+from bucketloader.compile._key import pickle_home
+
+def write(rank, out):
+    with open(out, "w") as f:
+        f.write(pickle_home())
+
+if __name__ == "__main__":
+    write(0, sys.argv[1])
+    torch.multiprocessing.spawn(write, args=(sys.argv[2],), nprocs=1)
+"""
+
+
+def test_a_spawned_rank_keys_apart_from_a_plain_run(tmp_path):
+    # s33-user: inductor's keys pickle torch.contiguous_format, named by __mp_main__ in a
+    # torch.multiprocessing.spawn child and by torch._utils in a plain run, so a plain run's
+    # graphs missed in spawned ranks, while the record said "recorded before" (NOTE [ Where
+    # pickle finds torch's memory formats ] in bucketloader.compile._key)
+    import subprocess
+
+    script = tmp_path / "spawned_key.py"
+    script.write_text(_SPAWNED_KEY)
+    plain, spawned = tmp_path / "plain.json", tmp_path / "spawned.json"
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    subprocess.run(
+        [sys.executable, str(script), str(plain), str(spawned)], env=env, check=True, timeout=120
+    )
+    assert (plain.read_text(), spawned.read_text()) == ("torch._utils", "__mp_main__")
+    assert _key.environment({"cpu"})["pickled_as"] == _key.pickle_home()  # in every key
+
+
 # -- inductor: a warm start loads instead of compiling ------------------------------------------
 @pytest.mark.timeout(420)  # a real g++ build: minutes on a loaded 2-core machine
 def test_inductor_warm_start_from_the_cache_directory(tmp_path):
