@@ -115,8 +115,9 @@ def pickle_home() -> str:
     in a plain ``python`` run, but ``__mp_main__`` in a ``torch.multiprocessing.spawn`` child
     (the script imported again under that name, before torch; the pure-Python pickler skips
     it, bpo-42406, the C one does not in Python 3.11). So every graph a plain run compiled
-    missed inductor's cache in spawned ranks (13-19 s a shape instead of 0.5-1 s, s33-user),
-    and back, while precompile's record of the shape said "recorded before". This name is in
+    missed inductor's cache in spawned ranks, and back (``benchmarks/results/compile_spawn.md``:
+    25-32 s for the first shape, 1.9-4.0 s for the others, against 11-21 s and 0.6-1.0 s warm,
+    at load 12-19), while precompile's record of the shape said "recorded before". This name is in
     the compile key (``environment``), so the record misses where inductor's cache misses for
     it, whatever changes the name (a launcher, a module imported before torch). Making inductor's
     keys agree would mean changing how the whole process pickles memory formats (a ``copyreg``
