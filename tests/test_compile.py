@@ -682,6 +682,40 @@ def test_key_follows_code_dtype_and_threads(tmp_path):
         torch.set_num_threads(threads)
 
 
+_SPAWNED_KEY = """
+import sys
+import torch
+from bucketloader.compile._key import pickle_home
+
+def write(rank, out):
+    with open(out, "w") as f:
+        f.write(pickle_home())
+
+if __name__ == "__main__":
+    write(0, sys.argv[1])
+    torch.multiprocessing.spawn(write, args=(sys.argv[2],), nprocs=1)
+"""
+
+
+def test_a_spawned_rank_keys_apart_from_a_plain_run(tmp_path):
+    # s33-user: inductor's keys pickle torch.contiguous_format, named by __mp_main__ in a
+    # torch.multiprocessing.spawn child and by torch._utils in a plain run, so a plain run's
+    # graphs missed in spawned ranks, while the record said "recorded before" (NOTE [ Where
+    # pickle finds torch's memory formats ] in bucketloader.compile._key)
+    import subprocess
+
+    script = tmp_path / "spawned_key.py"
+    script.write_text(_SPAWNED_KEY)
+    plain, spawned = tmp_path / "plain.json", tmp_path / "spawned.json"
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    subprocess.run(
+        [sys.executable, str(script), str(plain), str(spawned)], env=env, check=True, timeout=120
+    )
+    assert (plain.read_text(), spawned.read_text()) == ("torch._utils", "__mp_main__")
+    assert _key.environment({"cpu"})["pickled_as"] == _key.pickle_home()  # in every key
+
+
 # -- inductor: a warm start loads instead of compiling ------------------------------------------
 @pytest.mark.timeout(420)  # a real g++ build: minutes on a loaded 2-core machine
 def test_inductor_warm_start_from_the_cache_directory(tmp_path):
@@ -958,6 +992,54 @@ def test_bad_input_is_answered_in_one_voice(call, error, match):
     with pytest.raises(error, match=match), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         call(sampler)
+
+
+def test_an_example_in_another_unit_than_the_plan_is_refused():
+    # s33-user: a dataset of 10 ms frames given to precompile for a sampler planned on audio
+    # samples compiled every shape, and training's collator refused the first batch
+    # (NOTE [ An example in another unit than the plan ] in bucketloader.compile.batches)
+    samples = np.random.default_rng(0).integers(1_600, 3_600, size=40)
+    frames = samples // 40
+    on_samples = BucketSampler(samples, num_buckets=3, batch_size=4)
+    on_frames = BucketSampler(frames, num_buckets=3, batch_size=4)
+    bounds = str([int(b) for b in on_samples.shape_table.cells.boundaries[0][0]])
+    as_frames = [{"audio": torch.zeros(int(n)), "labels": [1] * 20} for n in frames]
+    as_samples = [{"audio": torch.zeros(int(n)), "labels": [1] * 20} for n in samples]
+    with pytest.raises(ValueError) as info:  # the dataset: that sample's own planned length
+        precompile(print, on_samples, example=as_frames, cache=False)
+    assert str(info.value).startswith(
+        f"the example dataset[0] has length {frames[0]} (field 'audio'), but the plan's lengths "
+        f"give that sample {samples[0]} (boundaries {bounds}): example is in another unit"
+    ), info.value
+    assert "rebuild the plan on the lengths your dataset yields" in str(info.value)
+    with pytest.raises(
+        ValueError,
+        match=rf"^the example has length {frames[3]} \(field "
+        rf"'audio'\), but the plan's lengths run {samples.min()}\.\.",
+    ):
+        precompile(print, on_samples, example=as_frames[3], cache=False)  # one sample: the range
+    with pytest.raises(
+        ValueError,
+        match=rf"dataset\[0\] has length {samples[0]} .* that "
+        rf"sample {frames[0]} ",
+    ):  # the reverse
+        precompile(print, on_frames, example=as_samples, cache=False)
+    # a custom collator: the transcript is resized too, but is not the input (s33-user's a2)
+    with pytest.raises(ValueError, match="example is in another unit"):
+        ExampleBatches(on_samples, as_frames, collate_fn=lambda b: on_samples.collator()(b))
+    with pytest.raises(ValueError, match="example is in another unit"):
+        alone = {"audio": as_samples[5]["audio"]}  # (no transcript: every field is the input)
+        ExampleBatches(on_frames, alone, collate_fn=lambda b: on_frames.collator()(b))
+    # the same unit passes, and a sample the plan leaves out (over max_length) is no evidence
+    ExampleBatches(on_samples, as_samples)
+    ExampleBatches(on_frames, as_frames[7])
+    with warnings.catch_warnings():  # (the DataLossWarning of the samples left out)
+        warnings.simplefilter("ignore")
+        cut = BucketSampler(samples, num_buckets=3, batch_size=4, max_length=2_000, overflow="drop")
+    longest = {"audio": torch.zeros(int(samples.max()) * 3)}  # (3x: beyond any tolerance)
+    ExampleBatches(cut, longest)
+    with pytest.raises(ValueError, match="example is in another unit"):
+        ExampleBatches(on_samples, longest)
 
 
 def test_a_batch_source_with_bad_shapes_is_refused():

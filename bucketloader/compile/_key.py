@@ -6,6 +6,8 @@ import functools
 import hashlib
 import json
 import os
+import pickle
+import pickletools
 import platform
 import sys
 import types
@@ -95,10 +97,44 @@ def environment(devices: set[str]) -> dict[str, Any]:
         "platform": f"{sys.platform}-{platform.machine()}",
         "devices": sorted(_device(d) for d in devices),
         "threads": torch.get_num_threads(),
+        "pickled_as": pickle_home(),  # NOTE [ Where pickle finds torch's memory formats ]
         "inductor_config": digest(inductor),
         "dynamo_config": digest(dynamo),
         "functorch_config": digest(functorch_config.save_config_portable()),
     }
+
+
+def pickle_home() -> str:
+    """The module the C pickler names ``torch.contiguous_format`` by in this process.
+
+    NOTE [ Where pickle finds torch's memory formats ]
+    Inductor's FX-graph and AOTAutograd cache keys hash a pickle of every input's metadata,
+    which holds its memory format. A ``torch.memory_format`` has no ``__module__``, so the C
+    pickler (inductor's) names ``torch.contiguous_format`` by the first module in
+    ``sys.modules``, ``__main__`` skipped, through which that name resolves: ``torch._utils``
+    in a plain ``python`` run, but ``__mp_main__`` in a ``torch.multiprocessing.spawn`` child
+    (the script imported again under that name, before torch; the pure-Python pickler skips
+    it, bpo-42406, the C one does not in Python 3.11). So every graph a plain run compiled
+    missed inductor's cache in spawned ranks, and back (``benchmarks/results/compile_spawn.md``:
+    25-32 s for the first shape, 1.9-4.0 s for the others, against 11-21 s and 0.6-1.0 s warm,
+    at load 12-19), while precompile's record of the shape said "recorded before". This name is in
+    the compile key (``environment``), so the record misses where inductor's cache misses for
+    it, whatever changes the name (a launcher, a module imported before torch). Making inductor's
+    keys agree would mean changing how the whole process pickles memory formats (a ``copyreg``
+    entry, or ``sys.modules`` reordered): not done here.
+
+    Example:
+        >>> pickle_home() in sys.modules  # "torch._utils" in a plain run, "__mp_main__" in a
+        ... # torch.multiprocessing.spawn child
+        True
+    """
+    data = pickle.dumps(torch.contiguous_format)
+    for op, arg, _ in pickletools.genops(data):
+        if op.name == "GLOBAL":  # (protocols 0-3: "module name")
+            return str(arg).split(" ")[0]
+        if isinstance(arg, str):  # (STACK_GLOBAL: the module, then the name)
+            return arg
+    return "unknown"
 
 
 @functools.cache

@@ -49,6 +49,7 @@ from bucketloader._samples import EvalSamples, is_sequence, kind_of
 from bucketloader._validation import checks_options
 from bucketloader.collate import PadCollator
 from bucketloader.collate.fields import keys_of
+from bucketloader.plan.table import SHORT_SLACK, below_plan
 
 __all__ = ["BatchSource", "ExampleBatches", "check_shapes", "to_device"]
 
@@ -142,7 +143,8 @@ class ExampleBatches:
         table = getattr(self._pad, "shape_table", None) or getattr(plan, "shape_table", None)
         self._table = table
         self._group_key = getattr(self._pad or collate_fn, "group_key", None)
-        self._examples = _examples(plan, example, table)
+        self._examples, taken, size = _examples(plan, example, table)
+        _check_unit(plan, table, self._examples, taken, size, self._specs, self._names, self._pad)
         # an EvalSampler's collator reads which rows are real from the samples it is given (the
         # dataloader's EvalSamples): a plain list was refused, and precompile blamed the example
         self._eval = _is_eval(plan, collate_fn)
@@ -339,8 +341,11 @@ def _list_of_samples(example: list[Any]) -> bool:
     return len(kinds) == 1 and example[0].ndim >= 1
 
 
-def _examples(plan: Any, example: Any, table: Any) -> dict[Any, Any]:
-    """group id (or None) -> a real sample of that group."""
+def _examples(
+    plan: Any, example: Any, table: Any
+) -> tuple[dict[Any, Any], dict[Any, int], int | None]:
+    """group id (or None) -> a real sample of that group; group id -> the sample's index in the
+    dataset (where taken from one by index); the dataset's size (``None``: a sample given)."""
     if example is None:
         raise ValueError(
             "example must be a real sample (e.g. example=dataset[0]) or the dataset, got "
@@ -355,18 +360,19 @@ def _examples(plan: Any, example: Any, table: Any) -> dict[Any, Any]:
         )
     if not _is_dataset(example, plan):
         kind_of(example)  # one clear TypeError for what cannot be a sample
-        return {None: example}
+        return {None: example}, {}, None
+    size = len(example) if hasattr(example, "__len__") else None
     groups = getattr(plan, "groups", None)
     values = getattr(getattr(table, "cells", None), "group_values", None)
     if groups is not None and values is not None and hasattr(example, "__getitem__"):
         firsts, idx = np.unique(np.asarray(groups), return_index=True)
         out: dict[Any, Any] = {int(g): example[int(i)] for g, i in zip(firsts, idx, strict=True)}
         out[None] = out[int(firsts[0])]
-        return out
+        return out, {int(g): int(i) for g, i in zip(firsts, idx, strict=True)}, size
     if hasattr(example, "__getitem__") and hasattr(example, "__len__"):
         if len(example) == 0:
             raise ValueError("example is an empty dataset; pass a real sample instead")
-        return {None: example[0]}
+        return {None: example[0]}, {None: 0}, size
     it = iter(example)  # (once: a DataLoader's iter() starts its workers)
     if it is example:
         # a generator, an open file, an iterator over a dataset: the sample taken here is gone
@@ -380,7 +386,133 @@ def _examples(plan: Any, example: Any, table: Any) -> dict[Any, Any]:
     first = next(it, None)
     if first is None:
         raise ValueError("example is an empty iterable; pass a real sample instead")
-    return {None: first}
+    return {None: first}, {}, None
+
+
+def _check_unit(
+    plan: Any,
+    table: Any,
+    examples: dict[Any, Any],
+    taken: dict[Any, int],
+    size: int | None,
+    specs_of: Callable[[Any], dict[Any, tuple[tuple[int, ...], tuple[int, ...]]]],
+    names: tuple[str, ...],
+    pad: PadCollator | None,
+) -> None:
+    """NOTE [ An example in another unit than the plan ]
+    ``precompile(step, sampler, example=frames)`` for a sampler planned on audio samples (40 to
+    160 times longer) was not refused: each shape's batch is the example resized to the planned
+    lengths, so every graph compiled, and training's collator refused the first batch (NOTE [ A
+    batch shorter than every planned sample ] in :mod:`bucketloader.plan.table`); the reverse
+    (samples for a plan on frames) likewise, the collator refusing a sample beyond the last
+    boundary. So the example's length per input (the longest of the fields that follow it,
+    measured as the batch is resized) is checked against the plan, with the collator's
+    tolerance (half, and ``SHORT_SLACK`` elements: durations rounded, BOS / EOS): against the
+    plan's own length of that very sample where the example is the dataset the plan's lengths
+    list (``plan.lengths``, one per sample), else against the planned range (the shortest
+    planned length, the last boundary), an edge skipped where the plan leaves out or cuts
+    samples beyond it (``min_length`` / ``max_length`` filters, ``filter=``): a real sample may
+    lie there. The fields a :class:`~bucketloader.PadCollator` pads with an input have its
+    length (it refuses a batch where they differ); under a collator of your own every
+    sequence field is resized, and a transcript is not the input: the longest field is checked
+    against the lower edge, the shortest against the upper one."""
+    cells = getattr(table, "cells", None)
+    if cells is None:
+        return
+    d = len(names)
+    declared = getattr(plan, "lengths", None)
+    if isinstance(declared, np.ndarray) and size is not None and len(declared) == size:
+        declared = declared.reshape(size, -1)
+        declared = declared if declared.shape[1] == d else None
+    else:
+        declared = None
+    short_open, long_open = _left_out(plan)
+    floor = getattr(table, "shortest", None)
+    cut = getattr(table, "truncate", None)
+    for group, sample in examples.items():
+        if group is None and len(examples) > 1:
+            continue  # (an alias of the first group's sample)
+        try:
+            specs = specs_of(sample)
+        except (TypeError, ValueError):
+            return  # (make_batch's own errors name these)
+        gi = 0 if cells.group_values is None or group is None else cells.group_index(group)
+        for j, (low, high, key) in enumerate(_measure(sample, specs, d)):
+            if key is None:
+                continue
+            bounds = [int(b) for b in cells.boundaries[gi][j]]
+            pos = taken.get(group)
+            lo: int | None
+            hi: int | None
+            if declared is not None and pos is not None:
+                lo = hi = int(declared[pos, j])
+                ref = f"the plan's lengths give that sample {lo}"
+            else:
+                lo = None if short_open or floor is None else int(floor[j])
+                hi = None if long_open or (cut is not None and cut[j] is not None) else bounds[-1]
+                shortest = "" if floor is None else f"{int(floor[j])}.."
+                ref = f"the plan's lengths run {shortest}{bounds[-1]}"
+            short = lo is not None and below_plan(high, lo)
+            top = high if pad is not None else low
+            if not short and not (hi is not None and top > 2 * hi and top - hi > SHORT_SLACK):
+                continue
+            n = high if short else top
+            name = "" if names == ("length",) else f"input {names[j]!r} "
+            which = "the example" if pos is None else f"the example dataset[{pos}]"
+            raise ValueError(
+                f"{which} has {name}length {n} (field {key!r}), but {ref} (boundaries "
+                f"{bounds}): example is in another unit than the plan's lengths (feature "
+                "frames where the plan counts audio samples, or the reverse; tokens against "
+                "characters), and training's collator would refuse its batches; pass "
+                "example= a sample (or the dataset) of the data the plan was built on, or "
+                "rebuild the plan on the lengths your dataset yields"
+            )
+
+
+def _measure(
+    sample: Any, specs: Mapping[Any, tuple[tuple[int, ...], tuple[int, ...]]], d: int
+) -> list[tuple[int, int, Any]]:
+    """Per input: (shortest, longest) size of the fields of ``sample`` that follow it along
+    their dims, and the key of the longest (``(0, 0, None)`` where no field follows it)."""
+    kind = kind_of(sample)
+    keys = set(keys_of(sample, kind))
+    out: list[tuple[int, int, Any]] = [(0, 0, None)] * d
+    for key, (inputs, dims) in specs.items():
+        if kind != "bare" and key not in keys:
+            continue
+        value = sample if kind == "bare" else sample[key]
+        for inp, dim in zip(inputs, dims, strict=False):
+            if isinstance(value, (list, tuple)):
+                n = len(value)
+            elif isinstance(value, (torch.Tensor, np.ndarray)) and -value.ndim <= dim < value.ndim:
+                n = int(value.shape[dim])
+            else:
+                continue
+            low, high, top = out[inp]
+            if top is None:
+                out[inp] = (n, n, key)
+            else:
+                out[inp] = (min(low, n), max(high, n), key if n > high else top)
+    return out
+
+
+def _left_out(plan: Any) -> tuple[bool, bool]:
+    """Whether the plan leaves out (or cuts) samples below / above its planned range: a real
+    sample of the dataset can lie there (NOTE [ Length filters ] in
+    :mod:`bucketloader.plan.limits`). A sampler counts them (``spec.filtered``); a stream says
+    what it would do (its ``limits``, ``filter``)."""
+    filtered = getattr(getattr(plan, "spec", None), "filtered", None)
+    if isinstance(filtered, Mapping):
+        counts = {k: int(v) for k, v in filtered.items()}
+        short = any(v for k, v in counts.items() if k not in ("too_long", "truncated", "oversize"))
+        return short, any(v for k, v in counts.items() if k != "too_short")
+    limits = getattr(plan, "limits", None)
+    custom = getattr(plan, "filter", None) is not None
+    if limits is None or getattr(limits, "overflow", "error") == "error":
+        return custom, custom
+    low = any(x is not None for x in getattr(limits, "min_length", ()))
+    high = any(x is not None for x in getattr(limits, "max_length", ()))
+    return low or custom, high or custom
 
 
 def _structure(sample: Any, group_key: Any) -> Any:

@@ -34,8 +34,10 @@ on that is known before compiling:
 
 * the environment: torch version and git hash, CUDA version, Python version, platform, the
   devices (CPU capability such as ``AVX512``; GPU name and compute capability), torch's thread
-  count (inductor's CPU kernels are specialised to it), and digests of the inductor, dynamo
-  (recompile limits left out) and functorch configurations;
+  count (inductor's CPU kernels are specialised to it), the module the C pickler names
+  ``torch.contiguous_format`` by (a ``torch.multiprocessing.spawn`` child's ``__mp_main__``:
+  NOTE [ Where pickle finds torch's memory formats ] in :mod:`bucketloader.compile._key`), and
+  digests of the inductor, dynamo (recompile limits left out) and functorch configurations;
 * the ``torch.compile`` options found on the step and its modules (backend and its mode or
   options, ``dynamic``, ``fullgraph``);
 * the code: the step function's bytecode, constants and names (not line numbers or file names:
