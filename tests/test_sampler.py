@@ -185,6 +185,18 @@ def test_grouped_datasets_never_mix():
         GroupedDataset([[1, 2]])[0]
     with pytest.raises(TypeError, match="datasets must be a list of map-style datasets"):
         GroupedDataset("ab")
+    # s34-user: one dataset's dict samples, the list brackets forgotten (GroupedDataset(a)),
+    # were taken as datasets of len(sample) keys each: groups [0, 1, 2, ...] and a KeyError: 0
+    # from torch's ConcatDataset at the first sample
+    samples = [{"input_ids": [1] * n, "labels": [2] * n} for n in (3, 4, 9)]
+    with pytest.raises(
+        TypeError,
+        match=r"got a dict at position 0, which reads as a sample, not a dataset: pass the "
+        r"datasets themselves, GroupedDataset\(\[dataset_a, dataset_b\]\)",
+    ):
+        GroupedDataset(samples)
+    with pytest.raises(TypeError, match="got a str at position 1"):
+        GroupedDataset([samples, "ab"])
 
 
 @pytest.mark.parametrize("last_batch, num_workers", [("pad", 2), ("keep", 0), ("fill", 0)])
