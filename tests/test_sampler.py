@@ -223,6 +223,9 @@ def test_end_to_end_with_the_pad_collator_and_groups(last_batch, num_workers):
         shapes.add(tuple(batch["tokens"].shape))
         real = batch["sample_mask"].bool()
         assert len(set(batch["dataset"][real].tolist())) == 1, "batches never mix datasets"
+        # filler rows are of the batch's dataset too (s34-user: they read 0, dataset a's id, in
+        # the padded batches of dataset b)
+        assert len(set(batch["dataset"].tolist())) == 1
         rows += int(batch["sample_mask"].sum())
     assert shapes <= set(sampler.shapes)
     assert rows >= la.size + lb.size
