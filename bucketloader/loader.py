@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,13 @@ def check_dataset_size(sampler: Any, dataset: Any, planned: int, *, at_least: bo
         return
     name = type(sampler).__name__
     need = f"at least {planned:,}" if at_least else f"{planned:,}"
+    keys = list(dataset.keys()) if isinstance(dataset, Mapping) else []
+    if keys and all(isinstance(k, str) for k in keys):  # (s34-user: "has 1 samples")
+        raise ValueError(
+            f"dataset is a {type(dataset).__name__} of the splits {keys}, not a dataset of "
+            f"samples (this {name} was planned on lengths for {need}); pass the split the "
+            f"lengths were read from, e.g. dataset[{keys[0]!r}]"
+        )
     raise ValueError(
         f"dataset has {size:,} samples but this {name} was planned on lengths for {need}; "
         "give the sampler one length for every sample of the dataset, in the same order"

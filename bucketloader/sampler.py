@@ -1257,6 +1257,13 @@ class GroupedDataset(ConcatDataset):
                 "GroupedDataset([dataset_a, dataset_b, ...])"
             )
         for i, d in enumerate(datasets):
+            if isinstance(d, (Mapping, str, bytes)):  # (has __len__ and __getitem__ too)
+                raise TypeError(
+                    f"datasets must be a list of map-style datasets, got a {type(d).__name__} at "
+                    f"position {i}, which reads as a sample, not a dataset: pass the datasets "
+                    "themselves, GroupedDataset([dataset_a, dataset_b]), not one dataset's "
+                    "samples"
+                )
             if isinstance(d, IterableDataset) or not (
                 hasattr(d, "__len__") and hasattr(d, "__getitem__")
             ):

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bucketloader import compute_boundaries
+from bucketloader import analyze, compute_boundaries
 from bucketloader.cli.files import LengthFileError, default_lengths, read_lengths
 
 SCRIPT = Path(sys.executable).with_name("bucketloader")
@@ -1240,6 +1240,17 @@ def test_plot_and_json_write_into_existing_directories_only(tmp_path, files, cap
     out.mkdir()
     assert main(["report", one, "-k", "2", "--json", str(out / "r.json")]) == 0
     assert json.loads((out / "r.json").read_text())["recommended"]
+    # s34-user: a file where the directory goes was told "the directory notes is not a
+    # directory; create it first (mkdir -p notes)", a fix that fails (the file exists)
+    notes = tmp_path / "notes"
+    notes.write_text("mine\n")
+    for option, path in (("--plot", notes / "r.png"), ("--json", notes / "sub" / "r.json")):
+        assert main(["report", one, option, str(path)]) == 2
+        err = capsys.readouterr().err
+        assert f"{option} {path}: {notes} is a file, not a directory" in err, err
+        assert "mkdir" not in err and notes.read_text() == "mine\n"
+    with pytest.raises(NotADirectoryError, match="is a file, not a directory"):
+        analyze([3, 5, 9], num_buckets=[2]).plot(notes / "r.png")
 
 
 def test_null_rows_name_the_commands_own_option_and_skipping_them_is_counted(tmp_path, capsys):

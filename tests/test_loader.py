@@ -469,6 +469,24 @@ def test_dataloader_refuses_a_dataset_of_another_size(kind, size):
     assert len(list(sampler.dataloader(list(range(100)), collate_fn=collate))) == len(sampler)
 
 
+@pytest.mark.parametrize("kind", ["bucket", "pack", "eval", "sharded"])
+def test_dataloader_names_a_dataset_dict_of_splits(kind):
+    """s34-user: a DatasetDict (what load_dataset returns) given where its train split goes
+    was told "dataset has 1 samples but ... lengths for 100", its number of splits."""
+    datasets = pytest.importorskip("datasets")
+    sampler = _mismatch_samplers()[kind]
+    split = datasets.Dataset.from_dict({"x": list(range(100))})
+    for splits in (datasets.DatasetDict({"train": split}), {"train": split, "test": split}):
+        with pytest.raises(
+            ValueError,
+            match=r"dataset is a \w+ of the splits \['train'.*\], not a dataset of samples .*"
+            r"pass the split the lengths were read from, e.g. dataset\['train'\]$",
+        ):
+            sampler.dataloader(splits)
+    with pytest.raises(ValueError, match=r"^dataset has 2 samples"):  # (keys of samples: size)
+        sampler.dataloader({0: 0, 1: 1})
+
+
 def test_sharded_dataloader_with_global_ids_takes_the_whole_dataset():
     from bucketloader.sharded import ShardedSampler
 

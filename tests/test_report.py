@@ -375,6 +375,39 @@ def test_plot_draws_the_reports_numbers():
         plt.close(fig)
 
 
+def test_plot_bars_hold_whole_lengths():
+    """s34-user: the histogram's bins were the range cut into up to 120 equal parts, so a bin
+    held one integer length and the next two: Europarl's token counts (91 distinct over 0..121,
+    smooth: 825, 909, 900, 874, 983 at 8..12) were drawn as a sawtooth of ~900 and ~1,800.
+    Every bar now holds the same number of whole lengths (NOTE [ Whole lengths per bar ])."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from bucketloader.analysis._plot import _histogram
+
+    def bars(lengths):
+        fig, ax = plt.subplots()
+        try:
+            _histogram(ax, analyze(lengths, num_buckets=[4]))
+            (container,) = ax.containers
+            got = [(p.get_x(), p.get_width(), p.get_height()) for p in container.patches]
+            return got, sorted(s[0][0] for s in ax.collections[0].get_segments())
+        finally:
+            plt.close(fig)
+
+    # every length 1..150 ten times: 75 bars of two lengths, all 20 high (10 and 20 before)
+    got, _ = bars(np.repeat(np.arange(1, 151), 10))
+    assert {w for _, w, _ in got} == {2} and {h for _, _, h in got} == {20}
+    assert [x for x, _, _ in got] == list(range(0, 150, 2))  # bar k: lengths 2k+1, 2k+2
+    # few lengths: a bar per length, over (L - 1, L], so a boundary is its bucket's right edge
+    lengths = np.repeat(np.arange(3, 41), np.arange(38) % 5 + 1)
+    got, boundaries = bars(lengths)
+    assert {w for _, w, _ in got} == {1} and sum(h for _, _, h in got) == lengths.size
+    values, counts = np.unique(lengths, return_counts=True)
+    assert {x + 1: h for x, _, h in got} == dict(zip(values.tolist(), counts.tolist(), strict=True))
+    assert set(boundaries) <= {x + w for x, w, _ in got}
+
+
 def test_hugging_face_dataset_is_measured_from_arrow():
     datasets = pytest.importorskip("datasets")
     ds = datasets.Dataset.from_dict({"ids": [[1] * n for n in (3, 1, 4, 1, 5)], "y": [0] * 5})

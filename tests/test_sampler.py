@@ -185,6 +185,18 @@ def test_grouped_datasets_never_mix():
         GroupedDataset([[1, 2]])[0]
     with pytest.raises(TypeError, match="datasets must be a list of map-style datasets"):
         GroupedDataset("ab")
+    # s34-user: one dataset's dict samples, the list brackets forgotten (GroupedDataset(a)),
+    # were taken as datasets of len(sample) keys each: groups [0, 1, 2, ...] and a KeyError: 0
+    # from torch's ConcatDataset at the first sample
+    samples = [{"input_ids": [1] * n, "labels": [2] * n} for n in (3, 4, 9)]
+    with pytest.raises(
+        TypeError,
+        match=r"got a dict at position 0, which reads as a sample, not a dataset: pass the "
+        r"datasets themselves, GroupedDataset\(\[dataset_a, dataset_b\]\)",
+    ):
+        GroupedDataset(samples)
+    with pytest.raises(TypeError, match="got a str at position 1"):
+        GroupedDataset([samples, "ab"])
 
 
 @pytest.mark.parametrize("last_batch, num_workers", [("pad", 2), ("keep", 0), ("fill", 0)])
@@ -211,6 +223,9 @@ def test_end_to_end_with_the_pad_collator_and_groups(last_batch, num_workers):
         shapes.add(tuple(batch["tokens"].shape))
         real = batch["sample_mask"].bool()
         assert len(set(batch["dataset"][real].tolist())) == 1, "batches never mix datasets"
+        # filler rows are of the batch's dataset too (s34-user: they read 0, dataset a's id, in
+        # the padded batches of dataset b)
+        assert len(set(batch["dataset"].tolist())) == 1
         rows += int(batch["sample_mask"].sum())
     assert shapes <= set(sampler.shapes)
     assert rows >= la.size + lb.size

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import load_real
 
 import bucketloader.plan
 from bucketloader import BucketSampler, EvalSampler, PackSampler, static
@@ -557,3 +559,23 @@ def test_bucket_trainer_evaluates_a_filtered_set_in_order(tmp_path):
         out = trainer.predict(ds)
     kept = np.flatnonzero(lens <= 20)
     assert out.label_ids.tolist() == (kept % 2).tolist() and out.predictions.shape[0] == kept.size
+
+
+def test_small_losses_are_counted_and_only_evaluation_warns_of_them():
+    """docs/trust.md, promise 3 (s34-user): it said every producer that leaves samples out
+    "says so once, with the count"; the samplers warn above 1% of the data (``LOSS_WARNING``)
+    and count fewer in ``report()`` silently, the page's own example: Europarl's 35 sentences of
+    0 tokens of 20,000 left out by ``min_length=1, overflow="drop"``. EvalSampler warns of any."""
+    src = load_real("europarl")[:, 0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataLossWarning)
+        sampler = BucketSampler(src, min_length=1, overflow="drop", num_buckets=6, batch_size=32)
+        pack = PackSampler(np.r_[np.full(1_000, 8), 9], row_length=8, batch_size=4, overflow="drop")
+    assert (src.size, sampler.report().totals["too_short"]) == (20_000, 35)
+    assert pack.report().totals["too_long"] == 1
+    with pytest.warns(DataLossWarning, match=r"leaves out 201 of 10,000 samples \(2\.0%\)"):
+        BucketSampler(np.arange(10_000), min_length=201, overflow="drop", batch_size=32)
+    with pytest.warns(UserWarning, match="evaluates 999 of 1,000 samples: 1 left out"):
+        EvalSampler(np.arange(1, 1_001), batch_size=4, max_length=999, overflow="drop")
+    page = (Path(__file__).parents[1] / "docs" / "trust.md").read_text()
+    assert "when they are more than 1% of the data" in page and "35 Europarl sentences" in page

@@ -87,22 +87,48 @@ def plot_report(r: DynamicityReport, path: Path, *, dpi: int) -> Path:
 # one ``os.replace``, as the cache writes its entries.
 
 
+# NOTE [ Whole lengths per bar ]
+# Lengths are integers, so a bar must hold a whole number of them, the same number in every bar:
+# bins of a fractional width (the range cut into up to 120 equal parts) held one length in some
+# bars and two in the next, and Europarl's 91 token counts over 0..121 (bins 1.34 wide) were
+# drawn as a sawtooth of ~900 and ~1,800 samples that is not in the data (s34-user). Each bar
+# holds ``width`` consecutive lengths (the fewest that keep 120 bars or fewer) and is drawn over
+# ``(first - 1, last]``: a length ``L`` covers ``(L - 1, L]``, as a bucket ``b[i-1] < L <= b[i]``
+# does, so a boundary line at ``b`` is the right edge of the bar that ends with ``b``.
+
+
+def _length_bars(values: Any, counts: Any, most: int = 120) -> tuple[Any, Any, int]:
+    """Bars of a length histogram (its distinct ``values`` and their ``counts``): the bars' left
+    edges, their heights and their common width, each bar holding ``width`` whole lengths
+    (NOTE [ Whole lengths per bar ]).
+
+    Example:
+        >>> left, heights, width = _length_bars(np.array([1, 2, 3, 6]), np.array([5, 1, 2, 4]), 3)
+        >>> left.tolist(), heights.tolist(), width
+        ([0, 2, 4], [6.0, 2.0, 4.0], 2)
+    """
+    lo, hi = int(values[0]), int(values[-1])
+    width = max(1, -(-(hi - lo + 1) // most))
+    heights = np.bincount((np.asarray(values) - lo) // width, weights=counts)
+    return lo - 1 + width * np.arange(heights.size), heights, width
+
+
 def _histogram(ax: Any, r: DynamicityReport) -> None:
     h = r.histogram
     if h is None:  # plot() refuses reports without lengths before drawing
         raise ValueError("this report has no lengths to plot")
     best = r.recommended
-    lo, hi = h.min, h.max
-    bins = np.linspace(lo, hi + 1, min(120, max(h.num_values, 2)) + 1)
-    counts, edges = np.histogram(h.values, bins=bins, weights=h.counts)
-    ax.bar(edges[:-1], counts, width=np.diff(edges), align="edge", color="#9bb7d4", lw=0)
-    ax.set_xlim(min(0, lo), hi * 1.02 + 1)
+    hi = h.max
+    left, counts, width = _length_bars(h.values, h.counts)
+    ax.bar(left, counts, width=width, align="edge", color="#9bb7d4", lw=0)
+    start = min(0, int(left[0]))
+    ax.set_xlim(start, hi * 1.02 + 1)
     # headroom: the top ticks take the top 7%, the legend sits below them, the bars below it
     top = counts.max() * 1.5
     ax.set_ylim(0, top)
     if best is not None:
         b = np.asarray(best.boundaries)
-        starts = np.concatenate([[min(0, lo)], b[:-1]])
+        starts = np.concatenate([[start], b[:-1]])
         for i, (s, e) in enumerate(zip(starts, b, strict=True)):
             if i % 2 == 0:
                 ax.axvspan(s, e, color="#f3d9d9", alpha=0.45, lw=0, zorder=0)

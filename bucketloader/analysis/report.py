@@ -220,11 +220,19 @@ def check_parent(name: str, path: str | os.PathLike[str]) -> None:
         return
     option = name.startswith("-")
     got = f"{name} {os.fspath(path)}" if option else f"{name}={os.fspath(path)!r}"
-    what = "is not a directory" if parent.exists() else "does not exist (nothing creates it)"
+    # a file where a directory of the path goes: no mkdir makes that directory (s34-user:
+    # `--plot notes/r.png` beside a file `notes` was told "the directory notes is not a
+    # directory; create it first (mkdir -p notes)", which fails with "File exists")
+    blocker = next((p for p in (parent, *parent.parents) if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise NotADirectoryError(
+            f"{got}: {blocker} is a file, not a directory, so nothing can be written under it; "
+            "name a file in an existing directory"
+        )
     fix = f"mkdir -p {parent}" if option else f"os.makedirs({str(parent)!r})"
     raise FileNotFoundError(
-        f"{got}: the directory {parent} {what}; create it first ({fix}) or name a file in an "
-        "existing directory"
+        f"{got}: the directory {parent} does not exist (nothing creates it); create it first "
+        f"({fix}) or name a file in an existing directory"
     )
 
 

@@ -243,10 +243,13 @@ class PadCollator:
     def _fill_for(self, key: Any, column: torch.Tensor) -> Any:
         """The value of a fixed-size field ``key`` on filler rows (``column``: its collated
         rows): ``pad_value[key]`` where the mapping names it, else -100 for an integer label
-        (NOTE [ Label fields pad with -100 ]), else 0."""
+        (NOTE [ Label fields pad with -100 ]), the batch's own group for ``group_key`` (a batch
+        never mixes groups; its filler rows said group 0, s34-user), else 0."""
         pads = self.pad_value
         if isinstance(pads, Mapping) and key in pads:
             return pads[key]
+        if key == self.group_key and column.numel():
+            return column.reshape(-1)[0].item()
         return cf.LABEL_PAD if cf.is_int_label(key, column) else 0
 
     def _label_fill(self, key: Any, column: torch.Tensor) -> Any:
