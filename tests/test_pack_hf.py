@@ -773,6 +773,48 @@ def test_a_copy_whose_pass_fails_is_said_not_checked_for_that(tmp_path, monkeypa
     assert "measured on" not in said[0]
 
 
+def test_the_not_checked_warning_names_the_users_line(tmp_path, monkeypatch):
+    """s34-probe: the warning that the packing was not checked took stacklevel=4 from two call
+    depths, so it named trainer.py's own lines (_check_against_model's where no copy was made,
+    __init__'s where the copy's pass failed), never the user's BucketTrainer(...) call. It names
+    the first frame outside bucketloader, transformers and accelerate: here, this file's line."""
+    import inspect
+
+    from bucketloader.hf import trainer as trainer_module
+
+    packed = hf.for_packing(_short_dataset(), pad_token_id=0, row_length=32, batch_size=2)
+
+    class Mine(torch.nn.Module):  # (no copy is made of it: warned from _probed_model)
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(64, 8)
+
+        def forward(self, input_ids, **kwargs):
+            return self.embed(input_ids)
+
+    def warned(make):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            line = inspect.currentframe().f_lineno + 1
+            hf.BucketTrainer(model=make(), args=_in_place_args(tmp_path), bucketing=packed)
+        said = [w for w in caught if "was not checked" in str(w.message)]
+        assert len(said) == 1, [str(w.message) for w in caught]
+        return (said[0].filename, said[0].lineno), (__file__, line)
+
+    where, user = warned(lambda: _meta(Mine))
+    assert where == user
+    made = trainer_module._stand_in
+
+    def failing(model):  # (a copy whose pass fails: warned from _check_packing)
+        stand, why = made(model)
+        stand.forward = lambda *args, **kwargs: 1 / 0
+        return stand, why
+
+    monkeypatch.setattr(trainer_module, "_stand_in", failing)
+    where, user = warned(lambda: _meta(lambda: _model("sdpa")))
+    assert where == user
+
+
 _GQA = dict(
     vocab_size=1000, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
     intermediate_size=128, max_position_embeddings=128, pad_token_id=0,

@@ -2355,8 +2355,28 @@ def _warn_unchecked(who: str, argument: str, why: str) -> None:
         "would train on them silently; check it once where its weights can be read (the same "
         "model and packing on one process, without DeepSpeed ZeRO-3), or bucket it instead "
         "(bucketing=hf.for_text(...))",
-        stacklevel=4,
+        stacklevel=_user_stacklevel(),
     )
+
+
+#: The packages whose frames a warning of the packing probe passes over to name the user's
+#: line: this one, and the Trainer and accelerate code that calls into it.
+_CALLERS = ("bucketloader", "transformers", "accelerate")
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that points the warning its caller warns at the user's line: the first
+    frame outside :data:`_CALLERS`' files, however deep the call (s34-probe: ``stacklevel=4``
+    named trainer.py's own lines, one or another by the path that warned)."""
+    import sys
+
+    files = [getattr(sys.modules.get(name), "__file__", None) for name in _CALLERS]
+    roots = tuple(os.path.dirname(f) + os.sep for f in files if isinstance(f, str))
+    frame: Any = sys._getframe(2)  # (the caller's caller: stacklevel=2 of the caller)
+    level = 2
+    while frame is not None and frame.f_code.co_filename.startswith(roots):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _agreed_leak(probe: Callable[[], float | None], owner: str) -> float | None:
@@ -2427,7 +2447,8 @@ def _unreadable(model: Any) -> str:
 # each architecture the tests probe, mixing or not (tests/test_pack_hf.py). Its leak's size is the
 # stand-in's, and the refusal says so. Where no stand-in is made (a wrapper such as PEFT's, code of
 # the model's own through trust_remote_code, a config the copy cannot be built from, a copy over
-# the limit) or its pass fails, the trainer warns that the packing was not checked, naming why; it
+# the limit) or its pass fails, the trainer warns that the packing was not checked, naming why
+# (at the user's line: the first frame outside bucketloader, transformers and accelerate); it
 # trains. In a distributed run the ranks agree first (all_reduce MAX): a stand-in only where no
 # rank can read the model (FSDP's ranks > 0 on meta beside rank 0's weights keep rank 0's probe).
 
