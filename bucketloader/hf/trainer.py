@@ -610,7 +610,7 @@ class _BucketMixin:
         keeps = [a for a in others if leaks(a) == 0.0]
         # (a bool mask where the model adds a float one to its scores, eager attention: True
         # adds 1, so every token sees every other; an additive mask of its dtype keeps them apart)
-        additive = _float_mask_keeps_apart(self.model, probed, collate, at, trained)
+        additive = _float_mask_keeps_apart(self.model, probed, collate, at, trained, owner)
         cached = trained is None and leaks(collate.attention, False) == 0.0  # (the cache mixes)
         mixes = (
             f"{name} does not keep the packed documents of {argument} apart with attention="
@@ -2279,11 +2279,12 @@ def _check_sliding_layers_take_mask(model: Any, collate: Any, who: str, argument
 
 
 def _float_mask_keeps_apart(
-    model: Any, probed: Any, collate: Any, start: int, use_cache: Any
+    model: Any, probed: Any, collate: Any, start: int, use_cache: Any, owner: str
 ) -> Any:
     """The model's float dtype where ``collate`` ships a bool ``attention="mask"`` mask that
     mixes the documents and the same mask in that dtype (additive) keeps them apart (eager
-    attention) on ``probed`` (the model, or its stand-in), else ``None``."""
+    attention) on ``probed`` (the model, or its stand-in), else ``None``; the ranks' answer
+    (NOTE [ The probe on every rank ])."""
     import copy
 
     if collate.attention != "mask" or collate.mask_dtype != torch.bool:
@@ -2293,7 +2294,11 @@ def _float_mask_keeps_apart(
         return None
     additive = copy.copy(collate)
     additive.mask_dtype = dtypes[0]
-    leak = _packing_leak(probed, "mask", additive, start, use_cache=use_cache)
+    # (s34-probe: each rank's own pass: a rank on the meta device beside rank 0's weights (FSDP's
+    # cpu_ram_efficient_loading) made none, so rank 0's refusal offered mask_dtype and its not)
+    leak = _agreed_leak(
+        lambda: _packing_leak(probed, "mask", additive, start, use_cache=use_cache), owner
+    )
     return dtypes[0] if leak == 0.0 else None
 
 
