@@ -773,6 +773,48 @@ def test_a_copy_whose_pass_fails_is_said_not_checked_for_that(tmp_path, monkeypa
     assert "measured on" not in said[0]
 
 
+def test_the_not_checked_warning_names_the_users_line(tmp_path, monkeypatch):
+    """s34-probe: the warning that the packing was not checked took stacklevel=4 from two call
+    depths, so it named trainer.py's own lines (_check_against_model's where no copy was made,
+    __init__'s where the copy's pass failed), never the user's BucketTrainer(...) call. It names
+    the first frame outside bucketloader, transformers and accelerate: here, this file's line."""
+    import inspect
+
+    from bucketloader.hf import trainer as trainer_module
+
+    packed = hf.for_packing(_short_dataset(), pad_token_id=0, row_length=32, batch_size=2)
+
+    class Mine(torch.nn.Module):  # (no copy is made of it: warned from _probed_model)
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(64, 8)
+
+        def forward(self, input_ids, **kwargs):
+            return self.embed(input_ids)
+
+    def warned(make):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            line = inspect.currentframe().f_lineno + 1
+            hf.BucketTrainer(model=make(), args=_in_place_args(tmp_path), bucketing=packed)
+        said = [w for w in caught if "was not checked" in str(w.message)]
+        assert len(said) == 1, [str(w.message) for w in caught]
+        return (said[0].filename, said[0].lineno), (__file__, line)
+
+    where, user = warned(lambda: _meta(Mine))
+    assert where == user
+    made = trainer_module._stand_in
+
+    def failing(model):  # (a copy whose pass fails: warned from _check_packing)
+        stand, why = made(model)
+        stand.forward = lambda *args, **kwargs: 1 / 0
+        return stand, why
+
+    monkeypatch.setattr(trainer_module, "_stand_in", failing)
+    where, user = warned(lambda: _meta(lambda: _model("sdpa")))
+    assert where == user
+
+
 _GQA = dict(
     vocab_size=1000, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
     intermediate_size=128, max_position_embeddings=128, pad_token_id=0,
@@ -799,6 +841,13 @@ _ARCHITECTURES = {
     # (mixtures of experts, whose copy's experts share one feed-forward's units: s33-tidyA)
     "qwen3-moe": ("Qwen3MoeForCausalLM", "Qwen3MoeConfig", dict(_GQA, num_experts=8,
                   num_experts_per_tok=2, moe_intermediate_size=32), {}),
+    # (experts and key/value heads in sub-configs, ffn_config and attn_config: s34-probe.
+    # clip_qkv and rope_theta as DBRX's config.json sets them: transformers 5.24's DbrxAttention
+    # fails without them)
+    "dbrx": ("DbrxForCausalLM", "DbrxConfig", dict(d_model=64, n_heads=4, vocab_size=1000,
+             max_seq_len=128, pad_token_id=0, attn_config=dict(kv_n_heads=2, clip_qkv=8,
+             rope_theta=10000), ffn_config=dict(ffn_hidden_size=64, moe_num_experts=4,
+             moe_top_k=2)), {}),
 }  # fmt: skip
 
 
@@ -827,6 +876,74 @@ def test_the_small_copy_of_a_mixture_of_experts_stays_small():
         sizes.append(sum(p.numel() for p in model.parameters()))
     assert moe.num_experts == 128 and moe.moe_intermediate_size == 8
     assert sizes[0] < 2 * sizes[1], sizes  # (4.3e6 against 2.6e6; before: 202.5e6)
+
+
+def test_the_small_copy_narrows_the_sizes_a_sub_config_holds():
+    """s34-probe: DBRX keeps its experts' sizes in a sub-config (ffn_config: ffn_hidden_size,
+    moe_num_experts, and a hidden_size that mirrors d_model) and its key/value heads in another
+    (attn_config.kv_n_heads). The stand-in narrowed d_model only, so a DBRX-132B-shaped copy held
+    126.9e9 parameters (473 GiB in float32), allocated on every rank's CPU when the trainer was
+    built, and its sub-configs disagreed with its d_model. Counted here on the meta device, 4 of
+    its 40 layers."""
+    import copy
+
+    from bucketloader.hf.trainer import _shrink
+
+    config = transformers.DbrxConfig(
+        d_model=6144, n_heads=48, n_layers=4, max_seq_len=32768, vocab_size=100352,
+        attn_config={"kv_n_heads": 8, "clip_qkv": 8, "rope_theta": 500000},
+        ffn_config={"ffn_hidden_size": 10752, "moe_num_experts": 16, "moe_top_k": 4},
+    )  # fmt: skip
+    small = copy.deepcopy(config)
+    _shrink(small)
+    assert (small.d_model, small.n_heads, small.num_key_value_heads) == (256, 2, 1)
+    assert small.ffn_config.hidden_size == small.d_model  # (the experts read d_model's states)
+    assert small.attn_config.kv_n_heads == small.num_key_value_heads
+    assert small.ffn_config.moe_num_experts == 16  # (every expert kept, narrower)
+    assert small.ffn_config.ffn_hidden_size == 2 * 256 // 16
+    with torch.device("meta"):
+        count = sum(p.numel() for p in transformers.DbrxForCausalLM(small).parameters())
+    assert count < 5e6, count  # (2.6e6; before: 12.7e9)
+    assert config.ffn_config.ffn_hidden_size == 10752  # (the model's own config untouched)
+
+
+def test_a_copy_too_large_to_build_is_not_made_and_said(tmp_path, monkeypatch):
+    """s34-probe: a config whose sizes the stand-in does not know how to narrow (a field of its
+    own name, in the config or a sub-config) kept them whole, and the copy was allocated and
+    filled on every rank's CPU whatever its size (one default config transformers 5.24 ships,
+    inkling_mm_model, gives a copy of 7.6e11 parameters). The copy is now counted on the meta
+    device first, and one over the limit is not built: the packing is said not checked,
+    naming its size. (The limit is lowered here so that a tiny Llama's copy is over it.)"""
+    from bucketloader.hf import trainer as trainer_module
+
+    model = _meta(lambda: _model("sdpa"))
+    monkeypatch.setattr(trainer_module, "_STAND_IN_LIMIT", 1_000, raising=False)
+    devices = []
+    init = transformers.LlamaForCausalLM.__init__
+
+    def recorded(self, *args, **kwargs):  # (where each copy is built)
+        devices.append(torch.empty(0).device.type)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.LlamaForCausalLM, "__init__", recorded)
+    packed = hf.for_packing(_short_dataset(), pad_token_id=0, row_length=32, batch_size=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hf.BucketTrainer(model=model, args=_in_place_args(tmp_path), bucketing=packed)
+    said = [str(w.message) for w in caught if "was not checked" in str(w.message)]
+    assert len(said) == 1, [str(w.message) for w in caught]
+    assert (
+        "its parameters are on the meta device and no small copy of it was made: a small copy "
+        "of its config would still hold 7,920 parameters (0.0 GiB in float32 on every rank's "
+        "CPU), more than the 1,000 a copy may hold" in said[0]
+    ), said[0]
+    assert devices == ["meta"]  # (counted, never allocated)
+    monkeypatch.setattr(trainer_module, "_STAND_IN_LIMIT", 7_920)  # (at the limit: made)
+    devices.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hf.BucketTrainer(model=model, args=_in_place_args(tmp_path), bucketing=packed)
+    assert devices == ["meta", "cpu"]
 
 
 @pytest.mark.parametrize("arch", sorted(_ARCHITECTURES))

@@ -60,7 +60,7 @@ def _on_meta(model):
     return model
 
 
-def _llama(seed=0):
+def _llama(seed=0, attn="sdpa"):
     torch.manual_seed(seed)
     config = transformers.LlamaConfig(
         vocab_size=101,
@@ -70,7 +70,7 @@ def _llama(seed=0):
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=512,
-        attn_implementation="sdpa",
+        attn_implementation=attn,
         pad_token_id=0,
     )
     return transformers.LlamaForCausalLM(config)
@@ -172,6 +172,17 @@ def _worker(rank, world, port, out):
         lambda: trainer_class(model=_bert(rank), args=args("BertLayer"), bucketing=packed),
     )
     result["mixing, other weights"].update(seen=list(seen), agreed=list(agreed))
+    # eager attention adds a bool mask to its scores (True adds 1: nothing hidden), a float one
+    # of its dtype keeps the documents apart; rank 1 holds the model on meta (s34-probe)
+    masked = hf.for_packing(ds, pad_token_id=0, row_length=32, batch_size=2, attention="mask")
+    attempt(
+        "bool mask, rank 1 on meta",
+        lambda: trainer_class(
+            model=meta_rank(_llama(attn="eager")),
+            args=args("LlamaDecoderLayer", meta=True),
+            bucketing=masked,
+        ),
+    )
     broken["on"] = True
     attempt(
         "probe raises on rank 1",
@@ -212,8 +223,10 @@ def test_under_fsdp_every_rank_probes_and_all_take_one_decision(tmp_path):
     make ranks disagree"), so a packing that mixed documents trained silently there. Now every
     rank probes and the ranks take the largest leak: a rank that holds the model on the meta
     device (FSDP's cpu_ram_efficient_loading) refuses with rank 0, with rank 0's numbers; ranks
-    whose weights differ refuse with one message; a probe that raises on one rank stops the
-    other too, at once; a model that keeps the documents apart trains under FSDP2."""
+    whose weights differ refuse with one message; so do a rank on meta and rank 0 where only
+    an additive mask keeps the documents apart (s34-probe: only rank 0 offered it); a probe
+    that raises on one rank stops the other too, at once; a model that keeps the documents
+    apart trains under FSDP2."""
     out, port = str(tmp_path / "rank"), str(free_port())
     run_ranks(
         lambda r: [__file__, "worker", str(r), "2", port, out], 2, timeout=240, preload=PRELOAD
@@ -236,6 +249,13 @@ def test_under_fsdp_every_rank_probes_and_all_take_one_decision(tmp_path):
     assert mixing[0]["seen"][0] != mixing[1]["seen"][0]  # (each rank measured its own)
     assert mixing[0]["agreed"] == mixing[1]["agreed"]
     assert mixing[0]["agreed"][0] == max(mixing[0]["seen"][0], mixing[1]["seen"][0])
+
+    # (s34-probe: the additive mask's probe was each rank's own, so rank 0's refusal offered
+    # mask_dtype=torch.float32 and rank 1's, which could make no pass, did not)
+    masked = [zero["bool mask, rank 1 on meta"], one["bool mask, rank 1 on meta"]]
+    assert masked[0]["error"] == masked[1]["error"]
+    assert "with attention='mask'" in masked[0]["error"]
+    assert "mask_dtype=torch.float32)" in masked[0]["error"]
 
     assert one["probe raises on rank 1"]["error"] == (
         "RuntimeError: the probe broke on rank 1, on purpose"

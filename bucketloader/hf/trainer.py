@@ -610,7 +610,7 @@ class _BucketMixin:
         keeps = [a for a in others if leaks(a) == 0.0]
         # (a bool mask where the model adds a float one to its scores, eager attention: True
         # adds 1, so every token sees every other; an additive mask of its dtype keeps them apart)
-        additive = _float_mask_keeps_apart(self.model, probed, collate, at, trained)
+        additive = _float_mask_keeps_apart(self.model, probed, collate, at, trained, owner)
         cached = trained is None and leaks(collate.attention, False) == 0.0  # (the cache mixes)
         mixes = (
             f"{name} does not keep the packed documents of {argument} apart with attention="
@@ -2279,11 +2279,12 @@ def _check_sliding_layers_take_mask(model: Any, collate: Any, who: str, argument
 
 
 def _float_mask_keeps_apart(
-    model: Any, probed: Any, collate: Any, start: int, use_cache: Any
+    model: Any, probed: Any, collate: Any, start: int, use_cache: Any, owner: str
 ) -> Any:
     """The model's float dtype where ``collate`` ships a bool ``attention="mask"`` mask that
     mixes the documents and the same mask in that dtype (additive) keeps them apart (eager
-    attention) on ``probed`` (the model, or its stand-in), else ``None``."""
+    attention) on ``probed`` (the model, or its stand-in), else ``None``; the ranks' answer
+    (NOTE [ The probe on every rank ])."""
     import copy
 
     if collate.attention != "mask" or collate.mask_dtype != torch.bool:
@@ -2293,7 +2294,11 @@ def _float_mask_keeps_apart(
         return None
     additive = copy.copy(collate)
     additive.mask_dtype = dtypes[0]
-    leak = _packing_leak(probed, "mask", additive, start, use_cache=use_cache)
+    # (s34-probe: each rank's own pass: a rank on the meta device beside rank 0's weights (FSDP's
+    # cpu_ram_efficient_loading) made none, so rank 0's refusal offered mask_dtype and its not)
+    leak = _agreed_leak(
+        lambda: _packing_leak(probed, "mask", additive, start, use_cache=use_cache), owner
+    )
     return dtypes[0] if leak == 0.0 else None
 
 
@@ -2355,8 +2360,28 @@ def _warn_unchecked(who: str, argument: str, why: str) -> None:
         "would train on them silently; check it once where its weights can be read (the same "
         "model and packing on one process, without DeepSpeed ZeRO-3), or bucket it instead "
         "(bucketing=hf.for_text(...))",
-        stacklevel=4,
+        stacklevel=_user_stacklevel(),
     )
+
+
+#: The packages whose frames a warning of the packing probe passes over to name the user's
+#: line: this one, and the Trainer and accelerate code that calls into it.
+_CALLERS = ("bucketloader", "transformers", "accelerate")
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that points the warning its caller warns at the user's line: the first
+    frame outside :data:`_CALLERS`' files, however deep the call (s34-probe: ``stacklevel=4``
+    named trainer.py's own lines, one or another by the path that warned)."""
+    import sys
+
+    files = [getattr(sys.modules.get(name), "__file__", None) for name in _CALLERS]
+    roots = tuple(os.path.dirname(f) + os.sep for f in files if isinstance(f, str))
+    frame: Any = sys._getframe(2)  # (the caller's caller: stacklevel=2 of the caller)
+    level = 2
+    while frame is not None and frame.f_code.co_filename.startswith(roots):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _agreed_leak(probe: Callable[[], float | None], owner: str) -> float | None:
@@ -2414,15 +2439,23 @@ def _unreadable(model: Any) -> str:
 # config shares them, two where it does not), a hidden size of two heads and a feed-forward of twice
 # that (a mixture of experts keeps its experts, which share those units: s33-tidyA), and a small
 # vocabulary above every id the forward pass reads (the padding row, an image token; generation's
-# ids dropped): a TinyLlama-1.1B-shaped config builds and probes in 0.2 s, an 8B-shaped one in
-# 0.7 s, a 72B-shaped one in 2 s, where the 1.1B model's own pass takes 2.6 s (one
-# core, float32) (benchmarks/probe_stand_in.py). Its verdict equals the full model's on each
-# architecture the tests probe, mixing or not (tests/test_pack_hf.py). Its leak's size is the
+# ids dropped). A sub-config with no heads of its own (DBRX's ffn_config and attn_config) follows
+# the hidden size and key/value heads of the config it is in, where it repeats them (s34-probe).
+# The copy is counted on the meta device first, where it allocates nothing, and one over
+# _STAND_IN_LIMIT (5e8 parameters, 2 GB in float32 on every rank's CPU) is not built: sizes the
+# copy does not know how to narrow stay whole (of the default configs of the mixtures of experts
+# transformers 5.24 ships, DeepSeek-V3.2's indexer heads, Qwen3-Next's linear attention, ERNIE
+# 4.5-VL's lists of experts; one copy would have held 7.6e11 parameters), and that is said. A
+# TinyLlama-1.1B-shaped config builds and probes in 0.6 s, a 72B-shaped one in 2.7 s, where the
+# 1.1B model's own pass takes 3.6 s (one core, float32, a loaded machine; counting on meta is
+# 0.1-0.7 s of each build) (benchmarks/probe_stand_in.py). Its verdict equals the full model's on
+# each architecture the tests probe, mixing or not (tests/test_pack_hf.py). Its leak's size is the
 # stand-in's, and the refusal says so. Where no stand-in is made (a wrapper such as PEFT's, code of
-# the model's own through trust_remote_code, a config the copy cannot be built from) or its pass
-# fails, the trainer warns that the packing was not checked, naming why; it trains. In a distributed
-# run the ranks agree first (all_reduce MAX): a stand-in only where no rank can read the model
-# (FSDP's ranks > 0 on meta beside rank 0's weights keep rank 0's probe).
+# the model's own through trust_remote_code, a config the copy cannot be built from, a copy over
+# the limit) or its pass fails, the trainer warns that the packing was not checked, naming why
+# (at the user's line: the first frame outside bucketloader, transformers and accelerate); it
+# trains. In a distributed run the ranks agree first (all_reduce MAX): a stand-in only where no
+# rank can read the model (FSDP's ranks > 0 on meta beside rank 0's weights keep rank 0's probe).
 
 
 #: Config fields sized by the hidden width (a feed-forward's), set to twice the stand-in's, or,
@@ -2435,12 +2468,24 @@ _FEED_FORWARD = (
     "encoder_ffn_dim",
     "decoder_ffn_dim",
     "n_inner",
+    "ffn_hidden_size",
 )
 
 
 #: Config fields that count a mixture of experts' experts (Qwen and OLMoE, Mixtral and GPT-OSS,
-#: DeepSeek).
-_EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts")
+#: DeepSeek, DBRX's ffn_config).
+_EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+
+
+#: Config fields that count key/value heads (DBRX keeps its in attn_config.kv_n_heads).
+_KEY_VALUE_HEADS = ("num_key_value_heads", "kv_n_heads")
+
+
+#: The most parameters a stand-in may hold (NOTE [ The probe of a model no rank can read ]):
+#: 5e8, 2 GB in float32, built on every rank's CPU. The copies of the dense 1.1B-72B shapes
+#: hold 3.4e6-47.5e6, of Qwen3-235B-A22B 9.6e7 (benchmarks/results/probe_stand_in.md), of
+#: DeepSeek-V3 1.2e8; a config whose sizes the copy does not know stays larger.
+_STAND_IN_LIMIT = 500_000_000
 
 
 #: Token ids only generation reads (a probe's forward pass without labels reads none).
@@ -2455,28 +2500,43 @@ _GENERATION_IDS = (
 )
 
 
-def _shrink(config: Any) -> None:
+def _shrink(config: Any, outer: tuple[int, int, int | None, int | None] | None = None) -> None:
     """Narrow ``config`` (a copy) in place for a probe stand-in (NOTE [ The probe of a model no
     rank can read ]): two heads of the same width, fewer feed-forward units and vocabulary
-    entries; its sub-configs (``text_config``, ``vision_config`` ...) alike."""
+    entries; its sub-configs (``text_config``, ``vision_config`` ...) alike. A sub-config with
+    no heads of its own (DBRX's ``ffn_config`` and ``attn_config``) reads the sizes of the one
+    it is in: ``outer``, that one's (hidden size, the copy's, key/value heads, the copy's),
+    which its own ``hidden_size`` and key/value heads follow where they equal them."""
     from transformers import PretrainedConfig
 
-    for name in list(vars(config)):
-        sub = getattr(config, name, None)
-        if name.endswith("_config") and isinstance(sub, PretrainedConfig):
-            _shrink(sub)
     heads = getattr(config, "num_attention_heads", None)  # (attribute_map: GPT-2's n_head)
     hidden = getattr(config, "hidden_size", None)
+    mine: tuple[int, int, int | None, int | None] | None = None
     if _is_int(heads) and _is_int(hidden) and heads > 2:
         width = getattr(config, "head_dim", None)
         width = width if _is_int(width) and width > 0 else hidden // heads
         kv = getattr(config, "num_key_value_heads", None)
         config.num_attention_heads = 2
-        if _is_int(kv):
-            config.num_key_value_heads = 1 if kv < heads else 2
+        small_kv = (1 if kv < heads else 2) if _is_int(kv) else None
+        if small_kv is not None:
+            config.num_key_value_heads = small_kv
         if getattr(config, "word_embed_proj_dim", None) == hidden:  # (OPT)
             config.word_embed_proj_dim = 2 * width
+        mine = (hidden, 2 * width, kv if _is_int(kv) else None, small_kv)
         hidden = config.hidden_size = 2 * width
+    elif outer is not None and not _is_int(heads):
+        # (s34-probe: DBRX's ffn_config kept hidden_size=6144 beside a copy of d_model 256, and
+        # its experts their 16 x 10752 units: a DBRX-132B-shaped copy held 126.9e9 parameters,
+        # 473 GiB in float32, allocated on every rank's CPU)
+        if hidden == outer[0]:
+            hidden = config.hidden_size = outer[1]
+        for name in _KEY_VALUE_HEADS:
+            if outer[3] is not None and getattr(config, name, None) == outer[2]:
+                setattr(config, name, outer[3])
+    for name in list(vars(config)):
+        sub = getattr(config, name, None)
+        if name.endswith("_config") and isinstance(sub, PretrainedConfig):
+            _shrink(sub, mine)
     if _is_int(hidden):
         # (each of E experts with a feed-forward of its own: the units of one, shared among
         # them, at least 8 each. s33-tidyA: at 2 * hidden each, a Qwen3-235B-A22B-shaped copy,
@@ -2529,14 +2589,27 @@ def _stand_in(model: Any) -> tuple[Any, str]:
     try:
         small = copy.deepcopy(config)
         _shrink(small)
+        # counted on the meta device first, where it allocates nothing (s34-probe: sizes the
+        # copy does not know stay as large as the model's, and were allocated and filled on
+        # every rank's CPU: 7.6e11 parameters for one default config transformers ships)
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            size = sum(p.numel() for p in kind(copy.deepcopy(small)).parameters())
+        if size > _STAND_IN_LIMIT:
+            return None, (
+                f"a small copy of its config would still hold {size:,} parameters "
+                f"({size * 4 / 2**30:,.1f} GiB in float32 on every rank's CPU), more than the "
+                f"{_STAND_IN_LIMIT:,} a copy may hold: sizes of its config the copy does not "
+                "know how to narrow"
+            )
         with torch.random.fork_rng(devices=[]), torch.device("cpu"):
             torch.manual_seed(0)
             stand = kind(small)
         stand.float()
     except Exception as exc:  # (a config whose sizes the copy does not keep consistent)
         return None, f"a small copy of its config did not build ({type(exc).__name__}: {exc})"
-    if _unreadable(stand):  # (built under a context that still partitions or defers weights)
-        return None, f"a small copy of it could not be made on the CPU ({_unreadable(stand)})"
+    unread = _unreadable(stand)  # (built under a context that still partitions or defers them)
+    if unread:
+        return None, f"a small copy of it could not be made on the CPU ({unread})"
     return stand, ""
 
 
