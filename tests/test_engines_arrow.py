@@ -932,6 +932,27 @@ def test_nulls_in_a_directory_of_shards_name_the_file_that_holds_them(tmp_path):
     assert (r.num_rows, r.num_nulls) == (22, 3)
 
 
+def test_a_scan_result_where_its_histogram_belongs_names_the_histogram(tmp_path):
+    """``compute_boundaries(parquet_histogram(...), k)``, the first thing written after a scan,
+    said only "lengths must be a list, numpy array or torch tensor ..., got ScanResult", and
+    ``LengthHistogram.merge`` of scans pointed at ``from_json`` (s34-user2); both now name
+    ``.histogram``, as ``ShardedSampler(shard_histograms=...)`` did."""
+    from bucketloader.strategies.joint import solve_joint
+
+    pq.write_table(pa.table({"n": [3, 4, 5, 9], "m": [1, 2, 2, 1]}), tmp_path / "a.parquet")
+    result = parquet_histogram(tmp_path / "a.parquet", "n")
+    with pytest.raises(TypeError, match=r"got ScanResult.*compute_boundaries\(result\.histogram"):
+        compute_boundaries(result, 2)
+    assert compute_boundaries(result.histogram, 2).tolist() == [5, 9]
+    with pytest.raises(TypeError, match=r"got ScanResult at position 0.*its \.histogram"):
+        LengthHistogram.merge([result, result])
+    joint = parquet_histogram(tmp_path / "a.parquet", ["n", "m"])
+    with pytest.raises(TypeError, match=r"got ScanResult.*solve_joint\(result\.histogram"):
+        solve_joint(joint, 2)
+    with pytest.raises(TypeError, match=r"got ScanResult.*\.histogram"):
+        bucketloader.BucketSampler(result, num_buckets=2, batch_size=2)
+
+
 def test_a_dictionary_encoded_column_is_measured_by_its_values(tmp_path):
     """A pandas ``category`` column written to Parquet reads back dictionary-encoded; it was
     refused with a fix parquet_histogram does not take (``pass length_fn=``)."""
