@@ -692,6 +692,16 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
             "whole data set) and pass the result as boundaries= / shapes= with the samples' "
             "lengths, or give ShardedSampler each rank's own lengths and shard_histograms="
         )
+    if _is_histogram(getattr(lengths, "histogram", None)):  # (s34-user2: an engine's
+        # ScanResult, as compute_boundaries(parquet_histogram(...), k), was named, no fix)
+        raise TypeError(
+            f"{name} must be a list, numpy array or torch tensor of non-negative ints, got "
+            f"{type(lengths).__name__}, an engine's scan (its .histogram, .num_rows, "
+            ".num_nulls); pass its .histogram where a histogram is taken "
+            "(compute_boundaries(result.histogram, k), solve_joint(result.histogram, K), "
+            "LengthHistogram.merge, ShardedSampler(shard_histograms=...)); a sampler takes "
+            "the samples' own lengths"
+        )
     if isinstance(lengths, text) or not hasattr(lengths, "__len__"):
         fix = ""  # (s19-user: a generator or a stream was named, with no way forward)
         if not isinstance(lengths, text) and hasattr(lengths, "__next__"):

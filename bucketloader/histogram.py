@@ -558,9 +558,15 @@ def _parts(cls: type, histograms: tuple[Any, ...]) -> list[Any]:
         )
     for i, h in enumerate(items):
         if not isinstance(h, cls):
+            fix = (  # (s34-user2: a list of scans was told to load JSON)
+                f"an engine's scan returns a ScanResult: merge its .histogram "
+                f"({cls.__name__}.merge(result.histogram for result in results))"
+                if isinstance(getattr(h, "histogram", None), LengthHistogram | JointHistogram)
+                else f"load JSON with {cls.__name__}.from_json"
+            )
             raise TypeError(
                 f"{cls.__name__}.merge takes {cls.__name__} objects, got "
-                f"{type(h).__name__} at position {i}; load JSON with {cls.__name__}.from_json"
+                f"{type(h).__name__} at position {i}; {fix}"
             )
     _check_total(cls, [h.num_samples for h in items])
     return items

@@ -919,6 +919,46 @@ def test_a_file_listed_twice_is_refused_not_counted_twice(tmp_path):
     assert parquet_histogram(tmp_path / "hub", "n").histogram.num_samples == 6
 
 
+def test_nulls_in_a_directory_of_shards_name_the_file_that_holds_them(tmp_path):
+    """A directory of shards with null rows said only "64 files (column 'n') has 1 null row(s)
+    out of ...": which of the files to fill or filter was left to the user to find (s34-user2;
+    one file alone was named). The first file holding a null is named now, among small files
+    read together in one batch too, and a file read in several batches."""
+    shards = {i: [3, 4, 5, 6] for i in range(6)} | {3: [7, None, 9, None], 5: [1, None]}
+    for i, values in shards.items():
+        pq.write_table(pa.table({"n": pa.array(values, pa.int64())}), tmp_path / f"p{i}.parquet")
+    for batch_size in (2, 3, 65_536):  # a file in several batches; files sharing one batch
+        with pytest.raises(ValueError, match=r"\(column 'n', the first in ") as e:
+            parquet_histogram(tmp_path, "n", batch_size=batch_size)
+        assert f"the first in {tmp_path / 'p3.parquet'}) has 3 null row(s)" in str(e.value)
+    files = sorted(str(p) for p in tmp_path.glob("*.parquet"))  # a list: "6 files (...)"
+    with pytest.raises(ValueError, match=r"^6 files \(column 'n', the first in .*p3\.parquet\)"):
+        parquet_histogram(files, "n", batch_size=3)
+    r = parquet_histogram(tmp_path, "n", nulls="skip")
+    assert (r.num_rows, r.num_nulls) == (22, 3)
+
+
+def test_a_scan_result_where_its_histogram_belongs_names_the_histogram(tmp_path):
+    """``compute_boundaries(parquet_histogram(...), k)``, the first thing written after a scan,
+    said only "lengths must be a list, numpy array or torch tensor ..., got ScanResult", and
+    ``LengthHistogram.merge`` of scans pointed at ``from_json`` (s34-user2); both now name
+    ``.histogram``, as ``ShardedSampler(shard_histograms=...)`` did."""
+    from bucketloader.strategies.joint import solve_joint
+
+    pq.write_table(pa.table({"n": [3, 4, 5, 9], "m": [1, 2, 2, 1]}), tmp_path / "a.parquet")
+    result = parquet_histogram(tmp_path / "a.parquet", "n")
+    with pytest.raises(TypeError, match=r"got ScanResult.*compute_boundaries\(result\.histogram"):
+        compute_boundaries(result, 2)
+    assert compute_boundaries(result.histogram, 2).tolist() == [5, 9]
+    with pytest.raises(TypeError, match=r"got ScanResult at position 0.*its \.histogram"):
+        LengthHistogram.merge([result, result])
+    joint = parquet_histogram(tmp_path / "a.parquet", ["n", "m"])
+    with pytest.raises(TypeError, match=r"got ScanResult.*solve_joint\(result\.histogram"):
+        solve_joint(joint, 2)
+    with pytest.raises(TypeError, match=r"got ScanResult.*\.histogram"):
+        bucketloader.BucketSampler(result, num_buckets=2, batch_size=2)
+
+
 def test_a_dictionary_encoded_column_is_measured_by_its_values(tmp_path):
     """A pandas ``category`` column written to Parquet reads back dictionary-encoded; it was
     refused with a fix parquet_histogram does not take (``pass length_fn=``)."""

@@ -139,12 +139,16 @@ def parquet_histogram(
     acc = Accumulator(columns, nulls, "arrow")
     text = NumbersAsText([c for c in columns if _kind(pa, schema.field(c).type) == "text"])
     bar = _progress_bar(progress, total, what)
+    seen, nulls_in = 0, None  # rows read; the first file holding a null row (files only)
     try:
         for batch in batches:
             try:
                 lengths, num_nulls = table_lengths(batch, columns)
             except ValueError as exc:  # a negative or huge length: which file holds it
                 raise ValueError(f"{_holder(rows, columns) or what}: {exc}") from None
+            if num_nulls and nulls_in is None and len(rows) > 1 and nulls == "raise":
+                nulls_in = _null_holder(rows, columns, seen, batch.num_rows)
+            seen += batch.num_rows
             acc.add(lengths, num_nulls)
             if text.found:
                 text.add(batch)
@@ -153,7 +157,8 @@ def parquet_histogram(
     finally:
         if bar is not None:
             bar.close()
-    result = acc.result(f"{what} ({describe_columns(columns)})")
+    first = f", the first in {nulls_in}" if nulls_in else ""  # (error path: nulls="raise")
+    result = acc.result(f"{what} ({describe_columns(columns)}{first})")
     numeric = [c for c, examples in text.found.items() if examples]
     text.check(  # NOTE [ Numbers written as text ]
         lambda c: _read_as_integers(pa, source, c, columns, numeric),
@@ -561,6 +566,31 @@ def _holder(rows: dict[str, int], columns: list[str]) -> str | None:
         except ValueError:
             return path
         except Exception:  # (a file without the column: --nulls skip; not this error)
+            continue
+    return None
+
+
+def _null_holder(rows: dict[str, int], columns: list[str], start: int, count: int) -> str | None:
+    """The first file (of ``rows``, a dataset's files in order, read in that order) whose
+    ``columns`` hold a null row among the files spanning rows ``start`` to ``start + count`` of
+    the scan: the batch that found the first null. One file is named at once; small files
+    read together in that batch are read again, one at a time (error path only: at most a
+    batch's rows). (s34-user2: a directory of shards said "64 files (column 'n') has 1 null
+    row(s)", naming none.)"""
+    import pyarrow.parquet as pq
+
+    spanned, end = [], 0
+    for path, n in rows.items():
+        if end + n > start and end < start + count:
+            spanned.append(path)
+        end += n
+    if len(spanned) == 1:
+        return spanned[0]
+    for path in spanned:
+        try:
+            if table_lengths(pq.read_table(path, columns=columns), columns)[1]:
+                return path
+        except Exception:  # (a file without the column reads as nulls: named elsewhere)
             continue
     return None
 
