@@ -352,12 +352,18 @@ def pytest_configure(config):
     """Under ``pytest -n N`` (``make test``), each worker's torch gets its share of the cores
     (at least one thread), so N workers do not each start a thread per core. Set before any
     test imports torch, and inherited by the processes a test starts (gloo ranks set their own).
-    A worker skips the teardown of its modules at exit (:func:`_skip_the_teardown_of_modules`)."""
+    A worker skips the teardown of its modules at exit (:func:`_skip_the_teardown_of_modules`).
+    Under ``--dist loadfile``, xdist hands the files out in the order the workers collected
+    them (:func:`order_by_file_cost`)."""
     if hasattr(config, "workerinput"):  # (an xdist worker; not the environment variable,
         # which a pytest started from a test inherits: its exit status would be 0)
         import atexit
 
         atexit.register(_skip_the_teardown_of_modules, os.getpid())
+    if getattr(config.option, "dist", "no") == "loadfile":  # (the controller's; a worker's is
+        # "no") the files go out in the workers' collection order, by cost (NOTE [ The order of
+        # the test files ]), not re-sorted by their number of tests
+        config.option.loadscopereorder = False
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers:
         threads = str(max(1, (os.cpu_count() or 1) // workers))
@@ -432,10 +438,49 @@ def quick_examples(count: int) -> int:
     return count if FULL else min(count, max(QUICK_MIN, round(count * QUICK_SHARE)))
 
 
+# -- the order of the test files -------------------------------------------------------------------
+# NOTE [ The order of the test files ]: `make test` runs `pytest -n 2 --dist loadfile`: xdist hands
+# a worker one whole file at a time, the next one from its queue when the file the worker runs has
+# two tests left. xdist ordered that queue by each file's number of tests, which put files of few
+# but long tests (test_notebooks: 6 tests, about 50 s; test_pack_hf_ranks: 1 test) at its end: one
+# worker ran them while the other, its queue empty, waited (30-40 s of one idle core in a 389 s
+# run, s34). Now each worker orders its collection by the cost of each file, as FILE_COSTS lists
+# it, most expensive first (a file's own tests keep their order), and the controller keeps that
+# order (pytest_configure turns xdist's reordering off): the longest files start first and the
+# last to start are short ones, so the workers end close together.
+
+#: Seconds each test file took in one ``make test`` run (only their order counts), written by
+#: ``python tests/cputime.py --costs`` (how: its header); test_conftest checks that it names
+#: every test file and no other.
+FILE_COSTS = Path(__file__).parent / "file_costs.txt"
+
+
+def file_costs(path: Path = FILE_COSTS) -> dict[str, float]:
+    """``{test file: seconds}`` from ``path`` (lines ``seconds<TAB>file``; ``#`` comments)."""
+    costs = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            seconds, name = line.split("\t")
+            costs[name] = float(seconds)
+    return costs
+
+
+def order_by_file_cost(items: list[Any], costs: dict[str, float]) -> list[Any]:
+    """``items`` with the files that cost most first (NOTE [ The order of the test files ]); a
+    file's own items keep their order, and a file ``costs`` does not name (the package's doctest
+    modules) costs 0: those come last, in the order they were collected."""
+    return sorted(items, key=lambda item: -costs.get(item.nodeid.split("::")[0], 0.0))
+
+
 def pytest_collection_modifyitems(config, items):
     """Scale each property test's ``max_examples`` by :func:`quick_examples` (its settings are
-    read when the test runs, from the wrapper hypothesis puts on the function)."""
+    read when the test runs, from the wrapper hypothesis puts on the function). In an xdist
+    worker, order the items by :func:`order_by_file_cost`: the controller hands the files out in
+    that order (one process alone runs them as collected)."""
     from hypothesis import settings
+
+    if hasattr(config, "workerinput"):
+        items[:] = order_by_file_cost(items, file_costs())
 
     seen = set()
     for item in items:
