@@ -384,37 +384,69 @@ def _fresh_dynamo_counters():
 
 
 _LOADER_ITERS: Any = None  # (a WeakSet of the worker iterators started, once torch is loaded)
+#: The DataLoader iterators with worker processes: torch's, and torchdata's StatefulDataLoader's
+#: (its own class, not a subclass of torch's), each once its module is loaded.
+_WORKER_ITERATORS = (
+    ("torch.utils.data.dataloader", "_MultiProcessingDataLoaderIter"),
+    ("torchdata.stateful_dataloader.stateful_dataloader", "_StatefulMultiProcessingDataLoaderIter"),
+)
 
 
-@pytest.fixture(autouse=True)
-def _worker_iterators_shut_down():
-    """Each DataLoader iterator with worker processes that a test started is shut down when the
-    test ends. One a worker's error ended (a test's ``pytest.raises``) is held in a reference
-    cycle (the re-raised exception's traceback holds the frame that holds it), so the garbage
-    collector finalised it later, in some other test, where its queues' pipes may be closed
-    before it: its workers then never received their stop message, and torch waited 5 s for
-    each before killing it (10 s charged to an unrelated test, measured; shut down here, 0.07 s).
-    Shutting down an iterator twice is a no-op in torch."""
+def _track_worker_iterators() -> None:
+    """Record every iterator of :data:`_WORKER_ITERATORS` started from now on in
+    :data:`_LOADER_ITERS`."""
     global _LOADER_ITERS
-    data = sys.modules.get("torch.utils.data.dataloader")
-    if data is not None and _LOADER_ITERS is None:
+    if _LOADER_ITERS is None and "torch.utils.data.dataloader" in sys.modules:
         import weakref
 
         _LOADER_ITERS = weakref.WeakSet()
-        cls = data._MultiProcessingDataLoaderIter
-        start = cls.__init__
+    for module, name in _WORKER_ITERATORS:
+        cls = getattr(sys.modules.get(module), name, None)
+        if cls is None or "_tracked" in vars(cls):
+            continue
+        start, started = cls.__init__, _LOADER_ITERS
 
         @functools.wraps(start)
-        def init(self, *args, **kwargs):
-            _LOADER_ITERS.add(self)
-            start(self, *args, **kwargs)
+        def init(self, *args, _start=start, _started=started, **kwargs):
+            _started.add(self)
+            _start(self, *args, **kwargs)
 
-        cls.__init__ = init
-    yield
+        cls.__init__, cls._tracked = init, True
+
+
+def _shut_down_worker_iterators() -> None:
     if _LOADER_ITERS:
         for it in list(_LOADER_ITERS):
             it._shutdown_workers()
         _LOADER_ITERS.clear()
+
+
+@pytest.fixture(autouse=True)
+def _worker_iterators_shut_down():
+    """Each DataLoader iterator with worker processes that a test started is shut down as soon
+    as the test function returns (:func:`pytest_pyfunc_call`), and any a fixture started, when
+    the test ends. One a worker's error ended is held in a reference cycle (the re-raised
+    exception's traceback holds the frame that holds it; ``pytest.raises(...) as err`` in the
+    test's frame is another), so the garbage collector finalised it later, where its queues'
+    pipes may be closed before it: its workers then never received their stop message, and
+    torch waited 5 s for each before killing it (10 s, measured; shut down here, 0.07 s).
+    Shutting down at the test's end (s33) was not soon enough: a collection between the test's
+    return and its teardown paid those 10 s (s34: after 8 tests of test_stream_source_changed,
+    10.5-11.3 s each; one of them cost 10.6 s in a quiet `make test`). Shutting down an iterator
+    twice is a no-op in torch."""
+    _track_worker_iterators()
+    yield
+    _shut_down_worker_iterators()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """The test function's worker iterators are shut down as it returns or raises, before its
+    fixtures' teardown (:func:`_worker_iterators_shut_down`)."""
+    try:
+        return (yield)
+    finally:
+        _shut_down_worker_iterators()
 
 
 # -- how thorough a run is -------------------------------------------------------------------------
