@@ -352,12 +352,18 @@ def pytest_configure(config):
     """Under ``pytest -n N`` (``make test``), each worker's torch gets its share of the cores
     (at least one thread), so N workers do not each start a thread per core. Set before any
     test imports torch, and inherited by the processes a test starts (gloo ranks set their own).
-    A worker skips the teardown of its modules at exit (:func:`_skip_the_teardown_of_modules`)."""
+    A worker skips the teardown of its modules at exit (:func:`_skip_the_teardown_of_modules`).
+    Under ``--dist loadfile``, xdist hands the files out in the order the workers collected
+    them (:func:`order_by_file_cost`)."""
     if hasattr(config, "workerinput"):  # (an xdist worker; not the environment variable,
         # which a pytest started from a test inherits: its exit status would be 0)
         import atexit
 
         atexit.register(_skip_the_teardown_of_modules, os.getpid())
+    if getattr(config.option, "dist", "no") == "loadfile":  # (the controller's; a worker's is
+        # "no") the files go out in the workers' collection order, by cost (NOTE [ The order of
+        # the test files ]), not re-sorted by their number of tests
+        config.option.loadscopereorder = False
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers:
         threads = str(max(1, (os.cpu_count() or 1) // workers))
@@ -378,37 +384,69 @@ def _fresh_dynamo_counters():
 
 
 _LOADER_ITERS: Any = None  # (a WeakSet of the worker iterators started, once torch is loaded)
+#: The DataLoader iterators with worker processes: torch's, and torchdata's StatefulDataLoader's
+#: (its own class, not a subclass of torch's), each once its module is loaded.
+_WORKER_ITERATORS = (
+    ("torch.utils.data.dataloader", "_MultiProcessingDataLoaderIter"),
+    ("torchdata.stateful_dataloader.stateful_dataloader", "_StatefulMultiProcessingDataLoaderIter"),
+)
 
 
-@pytest.fixture(autouse=True)
-def _worker_iterators_shut_down():
-    """Each DataLoader iterator with worker processes that a test started is shut down when the
-    test ends. One a worker's error ended (a test's ``pytest.raises``) is held in a reference
-    cycle (the re-raised exception's traceback holds the frame that holds it), so the garbage
-    collector finalised it later, in some other test, where its queues' pipes may be closed
-    before it: its workers then never received their stop message, and torch waited 5 s for
-    each before killing it (10 s charged to an unrelated test, measured; shut down here, 0.07 s).
-    Shutting down an iterator twice is a no-op in torch."""
+def _track_worker_iterators() -> None:
+    """Record every iterator of :data:`_WORKER_ITERATORS` started from now on in
+    :data:`_LOADER_ITERS`."""
     global _LOADER_ITERS
-    data = sys.modules.get("torch.utils.data.dataloader")
-    if data is not None and _LOADER_ITERS is None:
+    if _LOADER_ITERS is None and "torch.utils.data.dataloader" in sys.modules:
         import weakref
 
         _LOADER_ITERS = weakref.WeakSet()
-        cls = data._MultiProcessingDataLoaderIter
-        start = cls.__init__
+    for module, name in _WORKER_ITERATORS:
+        cls = getattr(sys.modules.get(module), name, None)
+        if cls is None or "_tracked" in vars(cls):
+            continue
+        start, started = cls.__init__, _LOADER_ITERS
 
         @functools.wraps(start)
-        def init(self, *args, **kwargs):
-            _LOADER_ITERS.add(self)
-            start(self, *args, **kwargs)
+        def init(self, *args, _start=start, _started=started, **kwargs):
+            _started.add(self)
+            _start(self, *args, **kwargs)
 
-        cls.__init__ = init
-    yield
+        cls.__init__, cls._tracked = init, True
+
+
+def _shut_down_worker_iterators() -> None:
     if _LOADER_ITERS:
         for it in list(_LOADER_ITERS):
             it._shutdown_workers()
         _LOADER_ITERS.clear()
+
+
+@pytest.fixture(autouse=True)
+def _worker_iterators_shut_down():
+    """Each DataLoader iterator with worker processes that a test started is shut down as soon
+    as the test function returns (:func:`pytest_pyfunc_call`), and any a fixture started, when
+    the test ends. One a worker's error ended is held in a reference cycle (the re-raised
+    exception's traceback holds the frame that holds it; ``pytest.raises(...) as err`` in the
+    test's frame is another), so the garbage collector finalised it later, where its queues'
+    pipes may be closed before it: its workers then never received their stop message, and
+    torch waited 5 s for each before killing it (10 s, measured; shut down here, 0.07 s).
+    Shutting down at the test's end (s33) was not soon enough: a collection between the test's
+    return and its teardown paid those 10 s (s34: after 8 tests of test_stream_source_changed,
+    10.5-11.3 s each; one of them cost 10.6 s in a quiet `make test`). Shutting down an iterator
+    twice is a no-op in torch."""
+    _track_worker_iterators()
+    yield
+    _shut_down_worker_iterators()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """The test function's worker iterators are shut down as it returns or raises, before its
+    fixtures' teardown (:func:`_worker_iterators_shut_down`)."""
+    try:
+        return (yield)
+    finally:
+        _shut_down_worker_iterators()
 
 
 # -- how thorough a run is -------------------------------------------------------------------------
@@ -432,10 +470,49 @@ def quick_examples(count: int) -> int:
     return count if FULL else min(count, max(QUICK_MIN, round(count * QUICK_SHARE)))
 
 
+# -- the order of the test files -------------------------------------------------------------------
+# NOTE [ The order of the test files ]: `make test` runs `pytest -n 2 --dist loadfile`: xdist hands
+# a worker one whole file at a time, the next one from its queue when the file the worker runs has
+# two tests left. xdist ordered that queue by each file's number of tests, which put files of few
+# but long tests (test_notebooks: 6 tests, about 50 s; test_pack_hf_ranks: 1 test) at its end: one
+# worker ran them while the other, its queue empty, waited (30-40 s of one idle core in a 389 s
+# run, s34). Now each worker orders its collection by the cost of each file, as FILE_COSTS lists
+# it, most expensive first (a file's own tests keep their order), and the controller keeps that
+# order (pytest_configure turns xdist's reordering off): the longest files start first and the
+# last to start are short ones, so the workers end close together.
+
+#: Seconds each test file took in one ``make test`` run (only their order counts), written by
+#: ``python tests/cputime.py --costs`` (how: its header); test_conftest checks that it names
+#: every test file and no other.
+FILE_COSTS = Path(__file__).parent / "file_costs.txt"
+
+
+def file_costs(path: Path = FILE_COSTS) -> dict[str, float]:
+    """``{test file: seconds}`` from ``path`` (lines ``seconds<TAB>file``; ``#`` comments)."""
+    costs = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            seconds, name = line.split("\t")
+            costs[name] = float(seconds)
+    return costs
+
+
+def order_by_file_cost(items: list[Any], costs: dict[str, float]) -> list[Any]:
+    """``items`` with the files that cost most first (NOTE [ The order of the test files ]); a
+    file's own items keep their order, and a file ``costs`` does not name (the package's doctest
+    modules) costs 0: those come last, in the order they were collected."""
+    return sorted(items, key=lambda item: -costs.get(item.nodeid.split("::")[0], 0.0))
+
+
 def pytest_collection_modifyitems(config, items):
     """Scale each property test's ``max_examples`` by :func:`quick_examples` (its settings are
-    read when the test runs, from the wrapper hypothesis puts on the function)."""
+    read when the test runs, from the wrapper hypothesis puts on the function). In an xdist
+    worker, order the items by :func:`order_by_file_cost`: the controller hands the files out in
+    that order (one process alone runs them as collected)."""
     from hypothesis import settings
+
+    if hasattr(config, "workerinput"):
+        items[:] = order_by_file_cost(items, file_costs())
 
     seen = set()
     for item in items:

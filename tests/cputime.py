@@ -10,6 +10,7 @@ Usage::
     BUCKETLOADER_TEST_CPU=/tmp/cpu.tsv PYTHONPATH=$PWD:$PWD/tests \\
         python -m pytest -p cputime tests/test_distributed.py
     python tests/cputime.py /tmp/cpu.tsv        # per file: tests, wall, cpu, children
+    python tests/cputime.py --costs /tmp/cpu.tsv > tests/file_costs.txt   # (conftest's order)
 
 Under ``pytest -n`` each worker writes its own file, ``/tmp/cpu.tsv.gw0``, ``.gw1``, ...
 """
@@ -93,5 +94,33 @@ def summary(paths: list[str]) -> str:
     return "\n".join(lines)
 
 
+#: The head of tests/file_costs.txt (conftest's FILE_COSTS).
+COSTS_HEADER = """\
+# Wall seconds each test file took in one `make test` run (tests/conftest.py: NOTE [ The order
+# of the test files ]): under `--dist loadfile` the workers take the files most expensive first.
+# Only the order counts. Measured again with:
+#   BUCKETLOADER_TEST_CPU=/tmp/cpu.tsv PYTEST_ADDOPTS="-p cputime" PYTHONPATH=$PWD/tests make test
+#   python tests/cputime.py --costs /tmp/cpu.tsv.gw* > tests/file_costs.txt
+"""
+
+
+def costs(paths: list[str]) -> str:
+    """tests/file_costs.txt from the rows of a run: each test file's wall seconds (its tests,
+    with their set-up and teardown), most expensive first."""
+    per: dict[str, float] = defaultdict(float)
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                nodeid, wall, *_ = line.split("\t")
+                name = nodeid.split("::")[0]
+                if name.startswith("tests/test_"):
+                    per[name] += float(wall)
+    rows = sorted(per.items(), key=lambda kv: (-round(kv[1], 1), kv[0]))
+    return COSTS_HEADER + "".join(f"{seconds:.1f}\t{name}\n" for name, seconds in rows)
+
+
 if __name__ == "__main__":
-    print(summary(sys.argv[1:]))
+    if sys.argv[1:2] == ["--costs"]:
+        sys.stdout.write(costs(sys.argv[2:]))
+    else:
+        print(summary(sys.argv[1:]))
