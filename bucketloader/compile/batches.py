@@ -456,11 +456,10 @@ def _check_unit(
             top = high if pad is not None else low
             if not short and not (hi is not None and top > 2 * hi and top - hi > SHORT_SLACK):
                 continue
-            n = high if short else top
             name = "" if names == ("length",) else f"input {names[j]!r} "
             which = "the example" if pos is None else f"the example dataset[{pos}]"
             raise ValueError(
-                f"{which} has {name}length {n} (field {key!r}), but {ref} (boundaries "
+                f"{which} has {name}length {high} (field {key!r}), but {ref} (boundaries "
                 f"{bounds}): example is in another unit than the plan's lengths (feature "
                 "frames where the plan counts audio samples, or the reverse; tokens against "
                 "characters), and training's collator would refuse its batches; pass "
