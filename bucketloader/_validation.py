@@ -633,6 +633,34 @@ def _is_histogram(value: Any) -> bool:
     )
 
 
+class SplitLengths(dict):
+    """The lengths of a ``DatasetDict``'s splits, split name → lengths, as
+    :func:`bucketloader.hf.lengths` returns them: a dict, told apart from one holding a length
+    array per input (source and target), which the samplers plan together. Planned as inputs,
+    two splits of one size made a lattice of train and test rows side by side, silently
+    (s34-user); :func:`refuse_split_lengths` refuses them there.
+
+    Example:
+        >>> got = SplitLengths(train=[3, 5], test=[4, 6])
+        >>> got["train"], isinstance(got, dict)
+        ([3, 5], True)
+    """
+
+
+def refuse_split_lengths(lengths: Any, name: str) -> None:
+    """Raise where ``lengths`` are a :class:`SplitLengths`, naming the splits and the fix."""
+    if isinstance(lengths, SplitLengths):
+        splits = ", ".join(repr(str(k)) for k in list(lengths)[:4])
+        first = str(next(iter(lengths), "train"))
+        raise TypeError(
+            f"{name} holds one array per split of a DatasetDict ({splits}), as "
+            "bucketloader.hf.lengths(dataset_dict, ...) returns them, not one per input: plan "
+            f"one split, {name}[{first!r}] (and give dataset[{first!r}] to the loader); for "
+            f"two inputs of one split name both columns, hf.lengths(dataset[{first!r}], "
+            "['source_ids', 'target_ids'])"
+        )
+
+
 def _per_input(lengths: Mapping[Any, Any]) -> bool:
     """Whether a mapping holds one length array per input (str keys, sized non-text values)."""
     values = list(lengths.values())
@@ -741,6 +769,7 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
             "bucketloader.hf.lengths(dataset, 'input_ids') (no row is decoded), and give the "
             "dataset to sampler.dataloader(dataset), or let hf.for_text(dataset, ...) do both"
         )
+    refuse_split_lengths(lengths, name)
     if isinstance(lengths, (Set, Mapping)):  # (numpy reads either as one object: shape ())
         fix = (
             "a set has no order: pass a list in sample order"

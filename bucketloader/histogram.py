@@ -31,7 +31,13 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from bucketloader._types import LengthsLike
-from bucketloader._validation import MAX_LENGTH, as_lengths, check_int, checks_options
+from bucketloader._validation import (
+    MAX_LENGTH,
+    as_lengths,
+    check_int,
+    checks_options,
+    refuse_split_lengths,
+)
 
 __all__ = ["HISTOGRAM_FORMAT", "JointHistogram", "LengthHistogram"]
 
@@ -790,6 +796,7 @@ def length_counts(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def input_table(lengths: Mapping[Any, Any]) -> np.ndarray:
     """``{name: lengths}`` as an ``(N, D)`` table, one column per input in the mapping's order
     (the samplers' and :meth:`JointHistogram.from_lengths`' one reading of it)."""
+    refuse_split_lengths(lengths, "lengths")
     if not lengths:
         raise ValueError("lengths must not be an empty mapping; give name → lengths")
     cols = [as_lengths(v, name=f"lengths[{k!r}]") for k, v in lengths.items()]

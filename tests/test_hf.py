@@ -17,7 +17,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 datasets = pytest.importorskip("datasets")
 
-from bucketloader import BucketSampler, hf  # noqa: E402
+from bucketloader import BucketSampler, compute_boundaries, hf  # noqa: E402
+from bucketloader.histogram import JointHistogram  # noqa: E402
 
 
 def _token_ds(lens, **extra):
@@ -76,6 +77,25 @@ def test_datasetdict_and_load_from_disk_with_several_shards(tmp_path):
     for split in ("train", "test"):
         np.testing.assert_array_equal(got[split], lens[np.asarray(back[split]["row"])])
         np.testing.assert_array_equal(got[split], _python_lengths(back[split], "input_ids"))
+
+
+def test_the_lengths_of_a_datasetdicts_splits_are_not_planned_as_inputs():
+    # s34-user: hf.lengths(DatasetDict) gives {split: lengths}, which the samplers read as one
+    # array per input: two splits of one size planned a two-input lattice of train and test
+    # rows side by side, silently
+    dd = datasets.DatasetDict({s: _token_ds([3, 5, 7, 9]) for s in ("train", "test")})
+    got = hf.lengths(dd, "input_ids")
+    assert got["train"].tolist() == [3, 5, 7, 9] and isinstance(got, dict)
+    for build in (
+        lambda: BucketSampler(got, batch_size=2, num_buckets=2),
+        lambda: JointHistogram.from_lengths(got),
+        lambda: compute_boundaries(got, 2),
+    ):
+        with pytest.raises((TypeError, ValueError), match="one array per split") as err:
+            build()
+        assert "'train', 'test'" in str(err.value) and "lengths['train']" in str(err.value)
+    sampler = BucketSampler(got["train"], batch_size=2, num_buckets=2)  # (the way on)
+    assert sorted(i for b in sampler for i in b) == [0, 1, 2, 3]
 
 
 def test_audio_struct_column_and_explicit_field():

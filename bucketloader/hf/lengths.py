@@ -37,6 +37,7 @@ from bucketloader._types import LazyModule
 from bucketloader._validation import (
     MissingKeyError,
     OptionTypeError,
+    SplitLengths,
     as_lengths,
     batch_lengths,
     check_int,
@@ -68,8 +69,8 @@ def lengths(
 
     Args:
         dataset: a ``datasets.Dataset`` (any format, with or without an indices mapping, from
-            memory or ``load_from_disk``), a ``DatasetDict`` (returns a dict split → lengths) or a
-            ``pyarrow.Table``.
+            memory or ``load_from_disk``), a ``DatasetDict`` (returns a dict split → lengths,
+            which the samplers refuse: plan one split) or a ``pyarrow.Table``.
         column: what to measure. A list column (``"input_ids"``, audio samples) gives its list
             lengths; a struct column gives the length of its ``array`` field (or of its only list
             field; ``"audio.array"`` names one explicitly); an integer column is read as
@@ -104,10 +105,10 @@ def lengths(
         num_proc = check_int("num_proc", num_proc, minimum=1)
     batch_size = check_int("batch_size", batch_size, minimum=1)
     if isinstance(dataset, dict):  # a DatasetDict (a dict subclass) or a plain dict of splits
-        return {
-            split: lengths(d, column, fn=fn, num_proc=num_proc, batch_size=batch_size)
+        return SplitLengths(  # (refused where one array per input is asked)
+            (split, lengths(d, column, fn=fn, num_proc=num_proc, batch_size=batch_size))
             for split, d in dataset.items()
-        }
+        )
     if fn is not None:
         if column is not None:
             raise ValueError(
