@@ -606,6 +606,18 @@ def numbers_throughout(arrays: Iterable[Any]) -> list[str] | None:
     return examples or None
 
 
+def indices_of(dataset: Any) -> Any:
+    """A ``datasets.Dataset``'s indices mapping as ``int64`` numpy (its row ``i`` is physical row
+    ``indices[i]``: NOTE [ The rows a dataset holds ]), ``None`` where it has none."""
+    import numpy as np
+
+    mapping = getattr(dataset, "_indices", None)
+    if mapping is None:
+        return None
+    mapping = getattr(mapping, "table", mapping)
+    return mapping.column(0).to_numpy().astype(np.int64, copy=False)
+
+
 #: Rows of an indices mapping judged at a time (NOTE [ The rows a dataset holds ]): their values
 #: are taken only where each is 4 x :data:`NUMBER_TEXT_LONGEST` bytes or less.
 HELD_BATCH = 65_536

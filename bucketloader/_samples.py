@@ -29,6 +29,7 @@ The collator does not measure a fixed dim: it pads the dim whose size follows th
 
 from __future__ import annotations
 
+import difflib
 import numbers
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -203,9 +204,12 @@ def measured(sample: Any, key: Any = None, *, arg: str = "key") -> tuple[Any, st
             value = sample[key]
         except (KeyError, IndexError, TypeError):
             have = list(sample)[:8] if isinstance(sample, Mapping) else type(sample).__name__
-            from bucketloader._validation import did_you_mean
-
-            close = did_you_mean(arg, key, sample) if isinstance(sample, Mapping) else ""
+            near = (  # (_validation.did_you_mean's rule: importing it here made a cycle)
+                difflib.get_close_matches(key, [str(k) for k in sample], n=1, cutoff=0.6)
+                if isinstance(sample, Mapping) and isinstance(key, str)
+                else []
+            )
+            close = f"; did you mean {arg}={near[0]!r}?" if near else ""
             raise ValueError(
                 f"{arg}={key!r} is not in the samples (a sample has {have}); pass one of its "
                 f"keys{close}"

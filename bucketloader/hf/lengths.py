@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 
 from bucketloader._arrow import (
     held_numbers,
+    indices_of,
     is_bytes,
     is_list,
     is_text,
@@ -241,11 +242,7 @@ def table_and_indices(dataset: Any) -> tuple[Any, np.ndarray | None]:
             f"got {type(dataset).__name__}; for an IterableDataset use "
             "bucketloader.stream.BucketIterable (or PackIterable to pack)"
         )
-    mapping = getattr(dataset, "_indices", None)
-    if mapping is None:
-        return table, None
-    mapping = getattr(mapping, "table", mapping)
-    return table, mapping.column(0).to_numpy().astype(np.int64, copy=False)
+    return table, indices_of(dataset)
 
 
 def resolve_column(table: Any, column: str) -> tuple[Any, str]:

@@ -171,15 +171,13 @@ def _numbers_in(source: Any, key: str) -> tuple[list[str] | None, str]:
     table: Any = getattr(getattr(source, "data", None), "table", None)  # a datasets.Dataset's
     if type(table).__module__.split(".")[0] != "pyarrow" or key not in table.column_names:
         return None, ""
-    from bucketloader._arrow import held_numbers, is_text_like
+    from bucketloader._arrow import held_numbers, indices_of, is_text_like
 
     if not is_text_like(table.schema.field(key).type):
         return None, ""
-    from bucketloader.hf.lengths import table_and_indices  # (datasets is there: the source)
-
     cast = f"dataset.cast_column({key!r}, datasets.Value('int64')), or "
     # the rows the dataset holds, not its table's (NOTE [ The rows a dataset holds ])
-    return held_numbers(table.column(key), table_and_indices(source)[1]), cast
+    return held_numbers(table.column(key), indices_of(source)), cast
 
 
 class _JointLengths:
