@@ -861,3 +861,44 @@ def test_a_source_that_shards_itself_resumes_after_a_worker_finished():
         again = make()
         again.load_state_dict(state)
         assert head + _ids(_loader(again)) == whole
+
+
+def test_pack_states_saved_by_6ff2a30_resume_exactly_and_so_do_the_states_after_them() -> None:
+    # States written by bucketloader 6ff2a30 (before "lengths_version": NOTE [ Pieces of one
+    # length ]): cut pieces digested by their sizes, anchors by the old rule. Each resumes
+    # exactly over the same source, and so does a state the resumed pass saves a batch later.
+    path = os.path.join(os.path.dirname(__file__), "data", "pack_states_6ff2a30.json")
+    with open(path) as f:
+        saved = json.load(f)
+    lengths = saved["lengths"]
+
+    class Docs:  # re-iterable, without a length (as when the states were saved)
+        def __iter__(self) -> object:
+            return ({"input_ids": [1] * n, "id": i} for i, n in enumerate(lengths))
+
+    def make(overflow: str) -> PackIterable:
+        source = Docs()
+        return PackIterable(
+            source, length_fn="input_ids", row_length=16, batch_size=2, overflow=overflow
+        )
+
+    def ids(batches: object) -> list[list[int]]:
+        return [[x["id"] for x in b] for b in batches]  # type: ignore[attr-defined]
+
+    assert len(saved["states"]) == 6
+    for name, state in saved["states"].items():
+        overflow, k = name.split()[0], int(name.split()[1])
+        assert "lengths_version" not in state and state["lengths"] != "0" * 16
+        whole = ids(make(overflow))
+        again = make(overflow)
+        again.load_state_dict(state)
+        assert whole[:k] + ids(again) == whole, name
+        on = make(overflow)
+        on.load_state_dict(state)
+        it = iter(on)
+        one = ids([next(it)])
+        later = json.loads(json.dumps(on.state_dict()))
+        assert later["lengths_version"] == 2
+        last = make(overflow)
+        last.load_state_dict(later)
+        assert whole[:k] + one + ids(last) == whole, name
