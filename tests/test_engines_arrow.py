@@ -593,6 +593,20 @@ def test_a_glob_that_matches_directories_names_them(tmp_path, pattern, message):
     assert parquet_histogram(str(tmp_path / "**"), "n").num_rows == 5  # (every folder's files)
 
 
+def test_a_glob_that_matches_no_file_says_what_its_directory_holds(tmp_path):
+    # s34-user2: "no file matches the glob X" gave no way on; a suffix typo ('*.parq') and a
+    # directory that does not exist call for different fixes
+    _write_shards(tmp_path / "d", pa.table({"n": [1, 2]}), 2)
+    with pytest.raises(FileNotFoundError, match="no file matches the glob") as err:
+        parquet_histogram(f"{tmp_path}/d/*.parq", "n")
+    said = str(err.value)
+    assert "holds 2 files, none matching" in said and ".parquet" in said
+    assert f"or pass the directory itself ({tmp_path}/d)" in said
+    with pytest.raises(FileNotFoundError, match="no file matches the glob") as err:
+        parquet_histogram(f"{tmp_path}/nope/*.parquet", "n")
+    assert f"{tmp_path}/nope does not exist" in str(err.value)
+
+
 def test_the_stream_source_lists_a_directory_by_the_same_rule(tmp_path):
     from bucketloader.stream.arrow import ArrowRows
 
