@@ -622,7 +622,7 @@ class Pass:
         compares the digest of what it read there and refuses another (a source that ends
         before a position it holds is refused as before, by the replay). Cost: one pass over
         the held samples' lengths per ``state_dict()``, which already lists their positions:
-        24 us for 184 held samples, 635 us for 8,858, against 16 us and 492 us for the rest of
+        28 us for 184 held samples, 661 us for 8,858, against 17 us and 505 us for the rest of
         the state (``benchmarks/stream_state_cost.py``, a loaded 2-core machine).
 
         What it catches: a change before the held samples that moves them (inserted, removed,
