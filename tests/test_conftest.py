@@ -121,8 +121,12 @@ _ORDERED = """
 import os
 
 def _ran(name):
+    import gc
+
     with open(os.environ["NESTED_OUT"], "a") as f:
         f.write(name + "\\n")
+    with open(os.environ["NESTED_OUT"] + ".frozen", "a") as f:
+        f.write(f"{{gc.get_freeze_count()}}\\n")
 
 {tests}
 """
@@ -149,6 +153,10 @@ def test_under_dist_loadfile_the_files_go_out_most_expensive_first(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     ran = out.read_text().split()
     assert ran == [f"{dear}::0", *(f"{cheap}::{i}" for i in range(3))], ran
+    # (s34: and the worker froze what collection left, pytest_collection_finish: full garbage
+    # collections no longer traverse it)
+    frozen = [int(n) for n in Path(f"{out}.frozen").read_text().split()]
+    assert len(frozen) == 4 and min(frozen) > 1000, frozen
 
 
 @pytest.fixture
