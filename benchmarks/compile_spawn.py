@@ -113,7 +113,6 @@ def main(argv: list[str] | None = None) -> None:
     if args.role != "driver":
         _one(args.role, args.cache, args.result)
         return
-    import bucketloader
 
     env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": "1"}
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)
@@ -130,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
             results.append({**run, "name": name, "load": load, "process": time.perf_counter() - t0})
             print(name, json.dumps(run), flush=True)
     lines = [
-        f"## {args.label or 'run'}: bucketloader from {Path(bucketloader.__file__).parent}",
+        f"## {args.label or 'run'}",  # (the label names the code: no path of this machine)
         "",
         f"Machine: {platform.platform()}, {os.cpu_count()} CPUs (shared), torch {torch.__version__}"
         f", python {platform.python_version()}, torch threads 1, inductor compile threads 1. Load "
