@@ -32,22 +32,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = ROOT / "tests" / "data"  # the real length files (provenance: tests/data/SOURCES.md)
+from benchmarks.hf_lengths import real_lengths  # noqa: E402 (Europarl, GSM8K, Multi30k, resampled)
+
 OUT = ROOT / "benchmarks" / "results" / "hf_filtered.md"
 WORDS = "the cat sat on a mat and then ran off to see what the dog had found out there "
-
-
-def real_lengths(n: int, seed: int = 0) -> np.ndarray:
-    pools = [
-        np.loadtxt(DATA / f, dtype=np.int64, ndmin=2).ravel()
-        for f in (
-            "europarl_v7_en_fr_20k_tokens.txt",
-            "gsm8k_train_qa_tokens.txt",
-            "multi30k_train_en_de_tokens.txt",
-        )
-    ]
-    pool = np.concatenate(pools)
-    return np.random.default_rng(seed).choice(pool[pool > 0], size=n)
 
 
 def build(lengths: np.ndarray, where: Path):
