@@ -32,7 +32,7 @@ from __future__ import annotations
 import difflib
 import numbers
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -204,12 +204,7 @@ def measured(sample: Any, key: Any = None, *, arg: str = "key") -> tuple[Any, st
             value = sample[key]
         except (KeyError, IndexError, TypeError):
             have = list(sample)[:8] if isinstance(sample, Mapping) else type(sample).__name__
-            near = (  # (_validation.did_you_mean's rule: importing it here made a cycle)
-                difflib.get_close_matches(key, [str(k) for k in sample], n=1, cutoff=0.6)
-                if isinstance(sample, Mapping) and isinstance(key, str)
-                else []
-            )
-            close = f"; did you mean {arg}={near[0]!r}?" if near else ""
+            close = did_you_mean(arg, key, sample) if isinstance(sample, Mapping) else ""
             raise ValueError(
                 f"{arg}={key!r} is not in the samples (a sample has {have}); pass one of its "
                 f"keys{close}"
@@ -470,3 +465,19 @@ class EvalSamples(list):  # type: ignore[type-arg]
     def __init__(self, samples: Any, rows: np.ndarray) -> None:
         super().__init__(samples)
         self.rows = rows
+
+
+def did_you_mean(arg: str, name: Any, names: Iterable[Any]) -> str:
+    """The end of a missing-name error: ``"; did you mean column='input_ids'?"`` where ``names``
+    holds one close to ``name`` (``difflib``, as unknown options are matched), else ``""``.
+
+    Example:
+        >>> did_you_mean("column", "input_id", ["input_ids", "labels"])
+        "; did you mean column='input_ids'?"
+        >>> did_you_mean("column", "text", ["input_ids"])
+        ''
+    """
+    if not isinstance(name, str):
+        return ""
+    close = difflib.get_close_matches(name, [str(n) for n in names], n=1, cutoff=0.6)
+    return f"; did you mean {arg}={close[0]!r}?" if close else ""

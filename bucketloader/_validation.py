@@ -504,22 +504,6 @@ def release(version: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def did_you_mean(arg: str, name: Any, names: Iterable[Any]) -> str:
-    """The end of a missing-name error: ``"; did you mean column='input_ids'?"`` where ``names``
-    holds one close to ``name`` (``difflib``, as unknown options are matched), else ``""``.
-
-    Example:
-        >>> did_you_mean("column", "input_id", ["input_ids", "labels"])
-        "; did you mean column='input_ids'?"
-        >>> did_you_mean("column", "text", ["input_ids"])
-        ''
-    """
-    if not isinstance(name, str):
-        return ""
-    close = difflib.get_close_matches(name, [str(n) for n in names], n=1, cutoff=0.6)
-    return f"; did you mean {arg}={close[0]!r}?" if close else ""
-
-
 def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
     """Return ``value`` if it is one of ``choices``; the error lists them all."""
     options = sorted(choices)

@@ -30,13 +30,13 @@ from bucketloader._arrow import (
     scan_parquet,
     skipped_note,
 )
+from bucketloader._samples import did_you_mean
 from bucketloader._types import LazyModule
 from bucketloader._validation import (
     MissingKeyError,
     check_bool,
     check_int,
     checks_options,
-    did_you_mean,
 )
 from bucketloader.engines._common import (
     Accumulator,

@@ -20,13 +20,13 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from bucketloader._arrow import is_text_like, nested_field, numbers_throughout
+from bucketloader._samples import did_you_mean
 from bucketloader._types import LazyModule
 from bucketloader._validation import (
     MissingKeyError,
     as_lengths,
     batch_lengths,
     check_choice,
-    did_you_mean,
 )
 from bucketloader.boundaries import check_boundaries
 from bucketloader.engines._common import (

@@ -23,8 +23,9 @@ from bucketloader._arrow import (
     nested_field,
     numbers_as_text_error,
 )
+from bucketloader._samples import did_you_mean
 from bucketloader._types import LazyModule
-from bucketloader._validation import MAX_LENGTH, MissingKeyError, did_you_mean
+from bucketloader._validation import MAX_LENGTH, MissingKeyError
 from bucketloader.boundaries import check_boundaries
 from bucketloader.engines._common import (
     Accumulator,

@@ -34,6 +34,7 @@ from bucketloader._arrow import (
     numbers_as_text_error,
     text_lengths,
 )
+from bucketloader._samples import did_you_mean
 from bucketloader._types import LazyModule
 from bucketloader._validation import (
     MissingKeyError,
@@ -43,7 +44,6 @@ from bucketloader._validation import (
     batch_lengths,
     check_int,
     checks_options,
-    did_you_mean,
 )
 
 if TYPE_CHECKING:
